@@ -6,7 +6,9 @@ const std = @import("std");
 
 pub fn build(b: *std.Build) void {
     const target = b.standardTargetOptions(.{});
-    const optimize = b.standardOptimizeOption(.{ .preferred_optimize_mode = .ReleaseFast });
+    // ReleaseFast unless asked otherwise: the library is a hot path. (Zig's ReleaseFast keeps
+    // IEEE semantics: no float contraction or reassociation without @setFloatMode.)
+    const optimize = b.option(std.builtin.OptimizeMode, "optimize", "Optimization mode (default ReleaseFast)") orelse .fast;
 
     const root = b.createModule(.{
         .root_source_file = b.path("native/root.zig"),
@@ -21,9 +23,11 @@ pub fn build(b: *std.Build) void {
         .root_source_file = b.path("native/tests.zig"),
         .target = target,
         // Tests sweep millions of values: optimized, with safety checks kept on.
-        .optimize = .ReleaseSafe,
+        .optimize = .safe,
         .link_libc = true,
     });
+    // Fixture of native/numerics/formats.zig (gguf-py dequantization, see scripts/make_format_fixtures.py).
+    test_module.addAnonymousImport("formats_fixture", .{ .root_source_file = b.path("test/fixtures/formats.bin") });
     const tests = b.addTest(.{ .root_module = test_module });
     const run_tests = b.addRunArtifact(tests);
     b.step("test", "Run the Zig unit tests").dependOn(&run_tests.step);

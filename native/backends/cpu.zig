@@ -1,0 +1,233 @@
+//! The CPU backend: the reference every GPU backend must match bit for bit, and the
+//! Linux fallback. Every kernel follows docs/NUMERICS.md through numerics/: the lane
+//! order of lanes.zig, the decoders of formats.zig and the functions of math.zig.
+//! Work is split over the device's threads by output row or element, never inside a
+//! sum, so the thread count changes no value.
+const std = @import("std");
+const status = @import("../core/status.zig");
+const session_mod = @import("../core/session.zig");
+const lanes = @import("../numerics/lanes.zig");
+const math = @import("../numerics/math.zig");
+const formats = @import("../numerics/formats.zig");
+const pool_mod = @import("cpu/pool.zig");
+const Pool = pool_mod.Pool;
+const Command = session_mod.Command;
+const Error = status.Error;
+const fail = status.fail;
+const Lanes = lanes.Lanes;
+
+/// Width of elementwise vectors; elementwise results do not depend on it.
+const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
+const Wide = @Vector(elementwise_width, f32);
+/// Batch rows that share one pass over a decoded weight row: their accumulators
+/// (2 registers each with 512-bit vectors) stay in registers.
+const rows_per_group = if (elementwise_width >= 16) 8 else 2;
+/// Vocab rows a worker takes at a time.
+const vocab_rows_per_task = 16;
+
+pub const Backend = struct {
+    pool: Pool,
+    /// Per-worker lane-major decoded weight row, and the shared lane-major inputs.
+    worker_scratch: [pool_mod.max_workers][]align(64) f32 = undefined,
+    input_scratch: []align(64) f32 = &.{},
+    /// Sessions finishing on one device from two threads run one after the other.
+    execute_lock: std.c.pthread_mutex_t = .{},
+
+    pub fn create() Error!*Backend {
+        const backend = std.heap.c_allocator.create(Backend) catch return fail(error.OutOfMemory, "out of memory", .{});
+        const cpus = std.Thread.getCpuCount() catch 1;
+        const workers: u32 = @intCast(std.math.clamp(cpus, 1, pool_mod.max_workers));
+        backend.* = .{ .pool = undefined };
+        for (&backend.worker_scratch) |*s| s.* = &.{};
+        backend.pool.start(workers) catch {
+            std.heap.c_allocator.destroy(backend);
+            return fail(error.Backend, "could not start {d} worker threads", .{workers});
+        };
+        return backend;
+    }
+
+    pub fn destroy(backend: *Backend) void {
+        backend.pool.stop();
+        for (backend.worker_scratch) |s| std.heap.c_allocator.free(s);
+        std.heap.c_allocator.free(backend.input_scratch);
+        std.heap.c_allocator.destroy(backend);
+    }
+
+    pub fn describe(backend: *Backend, out: []u8) []const u8 {
+        return std.fmt.bufPrint(out, "cpu: {d} threads, {d}-bit vectors", .{ backend.pool.worker_count, elementwise_width * 32 }) catch out;
+    }
+
+    /// Scratch only grows, so after the first call of a shape execution allocates nothing.
+    fn reserve(backend: *Backend, command: Command) Error!void {
+        switch (command) {
+            .matvec => |m| {
+                const row_values = lanes.chunkCount(m.k) * lanes.chunk_values;
+                try grow(&backend.input_scratch, @as(usize, m.rows) * row_values);
+                for (backend.worker_scratch[0..backend.pool.worker_count]) |*s| try grow(s, row_values);
+            },
+            .rms_norm => |r| for (backend.worker_scratch[0..backend.pool.worker_count]) |*s|
+                try grow(s, lanes.chunkCount(r.dim) * lanes.chunk_values),
+            .softcap, .barrier => {},
+        }
+    }
+
+    fn grow(scratch: *[]align(64) f32, values: usize) Error!void {
+        if (scratch.len >= values) return;
+        const bigger = std.heap.c_allocator.alignedAlloc(f32, .@"64", values) catch
+            return fail(error.OutOfMemory, "out of memory for {d} scratch values", .{values});
+        std.heap.c_allocator.free(scratch.*);
+        scratch.* = bigger;
+    }
+
+    pub fn execute(backend: *Backend, commands: []const Command) Error!void {
+        _ = std.c.pthread_mutex_lock(&backend.execute_lock);
+        defer _ = std.c.pthread_mutex_unlock(&backend.execute_lock);
+        for (commands) |command| try backend.reserve(command);
+        for (commands) |command| switch (command) {
+            // One thread runs the commands in order: a barrier has nothing left to order.
+            .barrier => {},
+            .rms_norm => |c| backend.rmsNorm(c.input.f32s(), c.weight.f32s(), c.output.f32s(), c.rows, c.dim, c.eps, c.inv_dim),
+            .matvec => |c| switch (c.format.type) {
+                inline else => |t| backend.matvec(t, c.input.f32s(), c.weight.host(), c.output.f32s(), c.rows, c.k, c.vocab),
+            },
+            .softcap => |c| backend.softcap(c.data.f32s()[0..@intCast(c.count)], c.cap, c.inv_cap),
+        };
+    }
+
+    fn rmsNorm(backend: *Backend, input: []const f32, weight: []const f32, output: []f32, rows: u32, dim: u32, eps: f32, inv_dim: f32) void {
+        const Job = struct {
+            backend: *Backend,
+            input: []const f32,
+            weight: []const f32,
+            output: []f32,
+            rows: u32,
+            dim: u32,
+            eps: f32,
+            inv_dim: f32,
+            next: std.atomic.Value(u32) = .init(0),
+
+            fn run(context: *anyopaque, worker: u32) void {
+                const job: *@This() = @ptrCast(@alignCast(context));
+                const major = job.backend.worker_scratch[worker][0 .. lanes.chunkCount(job.dim) * lanes.chunk_values];
+                while (true) {
+                    const r = job.next.fetchAdd(1, .monotonic);
+                    if (r >= job.rows) return;
+                    const x = job.input[@as(usize, r) * job.dim ..][0..job.dim];
+                    lanes.toLaneMajor(x, major);
+                    const sum_squares = lanes.reduce(lanes.accumulate(@splat(0), major, major));
+                    const inv = math.rsqrt(f32, sum_squares * job.inv_dim + job.eps);
+                    scaleRow(x, job.weight[0..job.dim], job.output[@as(usize, r) * job.dim ..][0..job.dim], inv);
+                }
+            }
+        };
+        var job: Job = .{ .backend = backend, .input = input, .weight = weight, .output = output, .rows = rows, .dim = dim, .eps = eps, .inv_dim = inv_dim };
+        backend.pool.run(.{ .context = &job, .run = Job.run });
+    }
+
+    /// y = (x·inv)·w, two roundings per value, in this order.
+    fn scaleRow(x: []const f32, w: []const f32, y: []f32, inv: f32) void {
+        const inv_wide: Wide = @splat(inv);
+        var i: usize = 0;
+        while (i + elementwise_width <= x.len) : (i += elementwise_width) {
+            const xv: Wide = x[i..][0..elementwise_width].*;
+            const wv: Wide = w[i..][0..elementwise_width].*;
+            y[i..][0..elementwise_width].* = (xv * inv_wide) * wv;
+        }
+        while (i < x.len) : (i += 1) y[i] = (x[i] * inv) * w[i];
+    }
+
+    fn matvec(backend: *Backend, comptime t: formats.Type, input: []const f32, weight: []const u8, output: []f32, rows: u32, k: u32, vocab: u32) void {
+        const chunks = lanes.chunkCount(k);
+        const row_values = chunks * lanes.chunk_values;
+        const inputs = backend.input_scratch[0 .. @as(usize, rows) * row_values];
+        for (0..rows) |r| lanes.toLaneMajor(input[r * k ..][0..k], inputs[r * row_values ..][0..row_values]);
+
+        const Job = struct {
+            backend: *Backend,
+            inputs: []const f32,
+            weight: []const u8,
+            output: []f32,
+            rows: u32,
+            k: u32,
+            vocab: u32,
+            row_bytes: usize,
+            row_values: usize,
+            next: std.atomic.Value(u32) = .init(0),
+
+            fn run(context: *anyopaque, worker: u32) void {
+                const job: *@This() = @ptrCast(@alignCast(context));
+                const decoded = job.backend.worker_scratch[worker][0..job.row_values];
+                while (true) {
+                    const first = job.next.fetchAdd(vocab_rows_per_task, .monotonic);
+                    if (first >= job.vocab) return;
+                    for (first..@min(first + vocab_rows_per_task, job.vocab)) |j| {
+                        const row = job.weight[j * job.row_bytes ..][0..job.row_bytes];
+                        for (0..job.row_values / lanes.chunk_values) |c| {
+                            formats.decodeChunkLanes(t, row, c, job.k, decoded[c * lanes.chunk_values ..][0..lanes.chunk_values]);
+                        }
+                        // The weight row is decoded once and read from L1 by every batch row.
+                        var r: usize = 0;
+                        while (r + rows_per_group <= job.rows) : (r += rows_per_group) job.dot(rows_per_group, decoded, r, j);
+                        while (r < job.rows) : (r += 1) job.dot(1, decoded, r, j);
+                    }
+                }
+            }
+
+            inline fn dot(job: *const @This(), comptime group: usize, decoded: []const f32, first_row: usize, j: usize) void {
+                var acc: [group]Lanes = @splat(@splat(0));
+                var p: usize = 0;
+                while (p < decoded.len) : (p += lanes.lane_count) {
+                    const w: Lanes = decoded[p..][0..lanes.lane_count].*;
+                    inline for (0..group) |g| {
+                        const y: Lanes = job.inputs[(first_row + g) * job.row_values + p ..][0..lanes.lane_count].*;
+                        acc[g] = @mulAdd(Lanes, w, y, acc[g]);
+                    }
+                }
+                inline for (0..group) |g| job.output[(first_row + g) * job.vocab + j] = lanes.reduce(acc[g]);
+            }
+        };
+        var job: Job = .{
+            .backend = backend,
+            .inputs = inputs,
+            .weight = weight,
+            .output = output,
+            .rows = rows,
+            .k = k,
+            .vocab = vocab,
+            .row_bytes = @intCast(formats.rowBytes(t, k).?),
+            .row_values = row_values,
+        };
+        backend.pool.run(.{ .context = &job, .run = Job.run });
+    }
+
+    /// out = tanh(x·(1/cap))·cap in place, elementwise.
+    fn softcap(backend: *Backend, data: []f32, cap: f32, inv_cap: f32) void {
+        const block_values = 1 << 16;
+        const Job = struct {
+            data: []f32,
+            cap: f32,
+            inv_cap: f32,
+            next: std.atomic.Value(usize) = .init(0),
+
+            fn run(context: *anyopaque, worker: u32) void {
+                _ = worker;
+                const job: *@This() = @ptrCast(@alignCast(context));
+                const cap_wide: Wide = @splat(job.cap);
+                const inv_wide: Wide = @splat(job.inv_cap);
+                while (true) {
+                    const first = job.next.fetchAdd(block_values, .monotonic);
+                    if (first >= job.data.len) return;
+                    const block = job.data[first..@min(first + block_values, job.data.len)];
+                    var i: usize = 0;
+                    while (i + elementwise_width <= block.len) : (i += elementwise_width) {
+                        const x: Wide = block[i..][0..elementwise_width].*;
+                        block[i..][0..elementwise_width].* = math.tanh(Wide, x * inv_wide) * cap_wide;
+                    }
+                    while (i < block.len) : (i += 1) block[i] = math.tanh(f32, block[i] * job.inv_cap) * job.cap;
+                }
+            }
+        };
+        var job: Job = .{ .data = data, .cap = cap, .inv_cap = inv_cap };
+        backend.pool.run(.{ .context = &job, .run = Job.run });
+    }
+};

@@ -1,0 +1,60 @@
+//! The kernel registry of a device (mlx-native's KernelRegistry): kernels are resolved
+//! on first use and cached. A GPU backend compiles its pipeline here; the CPU's kernels
+//! are compiled into the library, so resolving checks support and records the use.
+const std = @import("std");
+const status = @import("status.zig");
+const formats = @import("../numerics/formats.zig");
+const Error = status.Error;
+
+pub const Kernel = union(enum) {
+    rms_norm,
+    softcap,
+    matvec: formats.Type,
+
+    fn slot(kernel: Kernel) u6 {
+        return switch (kernel) {
+            .rms_norm => 0,
+            .softcap => 1,
+            .matvec => |t| @intCast(2 + @intFromEnum(t)),
+        };
+    }
+
+    pub fn name(kernel: Kernel, out: []u8) []const u8 {
+        return switch (kernel) {
+            .rms_norm => "rms_norm_f32",
+            .softcap => "softcap_f32",
+            .matvec => |t| std.fmt.bufPrint(out, "matvec_{s}_f32", .{formats.format(@intFromEnum(t)).?.name}) catch unreachable,
+        };
+    }
+};
+
+pub const Registry = struct {
+    resolved: std.atomic.Value(u64) = .init(0),
+
+    pub fn resolve(registry: *Registry, kernel: Kernel) Error!void {
+        _ = registry.resolved.fetchOr(@as(u64, 1) << kernel.slot(), .monotonic);
+    }
+
+    /// Writes the resolved kernels' names, one per line, and returns the bytes needed.
+    pub fn list(registry: *Registry, out: []u8) usize {
+        const mask = registry.resolved.load(.monotonic);
+        var needed: usize = 0;
+        var name_buffer: [64]u8 = undefined;
+        const kernels = [_]Kernel{ .rms_norm, .softcap };
+        for (kernels) |k| if (mask & (@as(u64, 1) << k.slot()) != 0) append(out, &needed, k.name(&name_buffer));
+        for (std.enums.values(formats.Type)) |t| {
+            const k: Kernel = .{ .matvec = t };
+            if (mask & (@as(u64, 1) << k.slot()) != 0) append(out, &needed, k.name(&name_buffer));
+        }
+        return needed;
+    }
+
+    fn append(out: []u8, used: *usize, text: []const u8) void {
+        const line_bytes = text.len + 1;
+        if (used.* + line_bytes <= out.len) {
+            @memcpy(out[used.*..][0..text.len], text);
+            out[used.* + text.len] = '\n';
+        }
+        used.* += line_bytes;
+    }
+};

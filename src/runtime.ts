@@ -1,0 +1,231 @@
+/**
+ * The GPU-style runtime, mirroring mlx-native: a device, its buffers, its kernel registry,
+ * and graph sessions that record work and run it at `finish`, the only host sync point.
+ * Native handles are released with `using` (Symbol.dispose) or explicitly.
+ */
+import { toArrayBuffer } from "bun:ffi";
+import { LmheadError } from "./errors.ts";
+import { check, handleOut, lib, nativeString } from "./native.ts";
+
+export type BackendKind = "cpu" | "metal" | "cuda";
+const backendKinds: readonly BackendKind[] = ["cpu", "metal", "cuda"];
+
+export class MlxDevice implements Disposable {
+  readonly kind: BackendKind;
+  readonly registry: KernelRegistry;
+  #closed = false;
+
+  private constructor(readonly handle: bigint) {
+    const kind = new Uint32Array(1);
+    this.info = nativeString((dst, capacity, len) => lib.lmh_device_info(handle, kind, dst, capacity, len), "device info");
+    this.kind = backendKinds[kind[0]!]!;
+    this.registry = new KernelRegistry(this);
+  }
+
+  /** One line: the backend, its threads and vector width. */
+  readonly info: string;
+
+  static open(kind: BackendKind = "cpu"): MlxDevice {
+    const index = backendKinds.indexOf(kind);
+    if (index < 0) throw new LmheadError("invalid_argument", `unknown backend ${kind}; known: ${backendKinds.join(", ")}`);
+    return new MlxDevice(handleOut((out) => lib.lmh_device_open(index, out), `open ${kind} device`));
+  }
+
+  /** A zeroed buffer of `bytes` (> 0). */
+  allocBuffer(bytes: number): MlxBuffer {
+    checkSize(bytes, "buffer size");
+    return new MlxBuffer(handleOut((out) => lib.lmh_buffer_alloc(this.handle, bytes, out), "alloc buffer"), bytes, this);
+  }
+
+  /** Wraps host memory (e.g. a Bun.mmap mapping) without copying; the buffer keeps `memory` alive. */
+  wrapHost(memory: Uint8Array): MlxBuffer {
+    return new MlxBuffer(
+      handleOut((out) => lib.lmh_buffer_wrap(this.handle, memory, memory.byteLength, out), "wrap host memory"),
+      memory.byteLength,
+      this,
+      memory,
+    );
+  }
+
+  close(): void {
+    if (this.#closed) throw new LmheadError("bad_handle", "device already closed");
+    check(lib.lmh_device_close(this.handle), "close device");
+    this.#closed = true;
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.#closed) this.close();
+  }
+}
+
+/** The device's kernel cache: kernels resolve (on a GPU: compile) on first use. */
+export class KernelRegistry {
+  constructor(readonly device: MlxDevice) {}
+
+  /** Names of the kernels resolved so far, e.g. "matvec_Q6_K_f32". */
+  kernels(): string[] {
+    const text = nativeString((dst, capacity, len) => lib.lmh_registry_list(this.device.handle, dst, capacity, len), "list kernels");
+    return text.split("\n").filter((name) => name.length > 0);
+  }
+}
+
+export class MlxBuffer implements Disposable {
+  #freed = false;
+
+  /** @internal Created by MlxDevice or MlxBuffer.view. `owner` keeps borrowed memory or a parent alive. */
+  constructor(
+    readonly handle: bigint,
+    readonly bytes: number,
+    readonly device: MlxDevice,
+    private readonly owner?: Uint8Array | MlxBuffer,
+  ) {}
+
+  /** A zero-copy window [offsetBytes, offsetBytes + bytes) of this buffer. */
+  view(offsetBytes: number, bytes: number): MlxBuffer {
+    checkSize(bytes, "view size");
+    checkOffset(offsetBytes);
+    return new MlxBuffer(handleOut((out) => lib.lmh_buffer_view(this.handle, offsetBytes, bytes, out), "view buffer"), bytes, this.device, this);
+  }
+
+  write(data: ArrayBufferView, offsetBytes = 0): void {
+    checkOffset(offsetBytes);
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    check(lib.lmh_buffer_write(this.handle, offsetBytes, bytes.byteLength === 0 ? null : bytes, bytes.byteLength), "write buffer");
+  }
+
+  /** Copies `bytes` bytes from offsetBytes into a new array. */
+  read(offsetBytes = 0, bytes = this.bytes - offsetBytes): Uint8Array {
+    checkOffset(offsetBytes);
+    checkOffset(bytes);
+    const out = new Uint8Array(bytes);
+    check(lib.lmh_buffer_read(this.handle, offsetBytes, bytes === 0 ? null : out, bytes), "read buffer");
+    return out;
+  }
+
+  /** Reads `count` f32 values starting at value `first`. */
+  readF32(first = 0, count = Math.floor(this.bytes / 4) - first): Float32Array {
+    const bytes = this.read(first * 4, count * 4);
+    return new Float32Array(bytes.buffer, 0, count);
+  }
+
+  /**
+   * A zero-copy view of the buffer's memory (CPU buffers only). Valid while the buffer
+   * lives; do not touch it while a session that uses the buffer is unfinished.
+   */
+  hostView(): Uint8Array {
+    const address = new BigUint64Array(1);
+    check(lib.lmh_buffer_host_ptr(this.handle, address), "host pointer");
+    return new Uint8Array(toArrayBuffer(Number(address[0]), 0, this.bytes));
+  }
+
+  free(): void {
+    check(lib.lmh_buffer_free(this.handle), "free buffer");
+    this.#freed = true;
+  }
+
+  [Symbol.dispose](): void {
+    if (!this.#freed) this.free();
+  }
+}
+
+/**
+ * One command list (mlx-native's GraphSession). Encode calls declare the buffers they
+ * read and write; the tracker emits a barrier on RAW/WAR/WAW conflicts. `finish` runs
+ * the work and waits; the buffers it used stay alive until then.
+ */
+export class GraphSession implements Disposable {
+  #open = true;
+  /** Keeps every buffer the recorded work touches reachable until finish. */
+  readonly #used = new Set<MlxBuffer>();
+
+  private constructor(
+    readonly handle: bigint,
+    readonly device: MlxDevice,
+  ) {}
+
+  static begin(device: MlxDevice): GraphSession {
+    return new GraphSession(handleOut((out) => lib.lmh_session_begin(device.handle, out), "session begin"), device);
+  }
+
+  /** Declares reads and writes of work encoded outside this session's calls. */
+  barrierBetween(reads: readonly MlxBuffer[], writes: readonly MlxBuffer[]): void {
+    const r = BigUint64Array.from(reads.map((b) => b.handle));
+    const w = BigUint64Array.from(writes.map((b) => b.handle));
+    check(lib.lmh_session_barrier_between(this.handle, r.length ? r : null, r.length, w.length ? w : null, w.length), "barrier_between");
+    for (const b of [...reads, ...writes]) this.#used.add(b);
+  }
+
+  /** output[r] = (input[r]·rsqrt(mean(input[r]²) + eps))·weight, rows × dim f32. */
+  rmsNorm(input: MlxBuffer, weight: MlxBuffer, output: MlxBuffer, rows: number, dim: number, eps: number): void {
+    checkCount(rows, "rows");
+    checkCount(dim, "dim");
+    check(lib.lmh_session_rms_norm(this.handle, input.handle, weight.handle, output.handle, rows, dim, eps), "rms_norm");
+    this.#keep(input, weight, output);
+  }
+
+  /** output[r, j] = Σ_k input[r, k]·W[j, k], W = vocab rows of k values of ggml type typeId. */
+  matvec(input: MlxBuffer, weight: MlxBuffer, typeId: number, output: MlxBuffer, rows: number, k: number, vocab: number): void {
+    checkCount(rows, "rows");
+    checkCount(k, "k");
+    checkCount(vocab, "vocab");
+    checkCount(typeId, "type id");
+    check(lib.lmh_session_matvec(this.handle, input.handle, weight.handle, typeId, output.handle, rows, k, vocab), "matvec");
+    this.#keep(input, weight, output);
+  }
+
+  /** data[i] = tanh(data[i]/cap)·cap for the first `count` values, in place. */
+  softcap(data: MlxBuffer, count: number, cap: number): void {
+    checkSize(count, "softcap count");
+    check(lib.lmh_session_softcap(this.handle, data.handle, count, cap), "softcap");
+    this.#keep(data);
+  }
+
+  /** Runs the recorded work and waits for it: the only host sync point. */
+  finish(): void {
+    this.#end(lib.lmh_session_finish(this.handle), "session finish");
+  }
+
+  /** Drops the recorded work. */
+  abort(): void {
+    this.#end(lib.lmh_session_abort(this.handle), "session abort");
+  }
+
+  [Symbol.dispose](): void {
+    if (this.#open) this.abort();
+  }
+
+  #keep(...buffers: MlxBuffer[]): void {
+    for (const b of buffers) this.#used.add(b);
+  }
+
+  /** The native session is closed by either call, whatever its status. */
+  #end(status: number, what: string): void {
+    this.#open = false;
+    this.#used.clear();
+    check(status, what);
+  }
+}
+
+/** Process-wide counters (mlx-native's barrier_count / dispatch_count). */
+export function counters(): { barriers: number; dispatches: number } {
+  const out = new BigUint64Array(2);
+  check(lib.lmh_counters(out), "counters");
+  return { barriers: Number(out[0]), dispatches: Number(out[1]) };
+}
+
+/** Prints every dispatch and barrier to stderr as it is encoded. */
+export function setEncodeTrace(on: boolean): void {
+  lib.lmh_set_encode_trace(on ? 1 : 0);
+}
+
+function checkSize(bytes: number, what: string): void {
+  if (!Number.isSafeInteger(bytes) || bytes <= 0) throw new LmheadError("invalid_argument", `${what} ${bytes} is not a positive integer`);
+}
+
+function checkOffset(offset: number): void {
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new LmheadError("invalid_argument", `offset ${offset} is not a non-negative integer`);
+}
+
+function checkCount(value: number, what: string): void {
+  if (!Number.isInteger(value) || value < 0 || value > 0xffffffff) throw new LmheadError("out_of_bounds", `${what} ${value} is not a u32`);
+}

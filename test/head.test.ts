@@ -1,0 +1,207 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { BatchedHeadOut, LmheadError, MlxDevice, counters } from "../src/index.ts";
+import { GraphSession } from "../src/runtime.ts";
+import { bits, f32Head, randomF32, referenceHead, rng } from "./support.ts";
+
+const device = MlxDevice.open("cpu");
+afterAll(() => device.close());
+
+// A partial last chunk (hidden % 256 != 0) and a vocab that is no multiple of the task size.
+const hidden = 256 * 3 + 64;
+const vocab = 1001;
+const head = f32Head(device, hidden, vocab, 7);
+
+function rows(n: number, seed: number): Float32Array {
+  return randomF32(n * hidden, rng(seed), 3);
+}
+
+describe("row identity", () => {
+  for (const n of [1, 2, 3, 5, 8, 9, 16, 33, 64]) {
+    test(`every row of an N=${n} call equals its 1-row call bit for bit, also permuted`, () => {
+      const hiddenRows = rows(n, 100 + n);
+      const batched = head.weights.lmHeadBatched(hiddenRows, n);
+      const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => ((a * 7919 + n) % 101) - ((b * 7919 + n) % 101));
+      const permuted = new Float32Array(n * hidden);
+      order.forEach((src, dst) => permuted.set(hiddenRows.subarray(src * hidden, (src + 1) * hidden), dst * hidden));
+      const shuffled = head.weights.lmHeadBatched(permuted, n);
+      for (let r = 0; r < n; r++) {
+        const single = head.weights.lmHeadBatched(hiddenRows.subarray(r * hidden, (r + 1) * hidden), 1);
+        expect(bits(batched.row(r))).toEqual(bits(single.row(0)));
+        expect(bits(shuffled.row(order.indexOf(r)))).toEqual(bits(single.row(0)));
+      }
+    });
+  }
+});
+
+test("every row is softcapped, not only row 0 (hf2q ADR-040 §0.16)", () => {
+  const n = 6;
+  const hiddenRows = rows(n, 5);
+  // Large weights, so that many raw logits lie beyond the cap.
+  const cappedHead = f32Head(device, hidden, vocab, 8, 30, 2);
+  const capped = cappedHead.weights.lmHeadBatched(hiddenRows, n);
+  const plain = f32Head(device, hidden, vocab, 8, null, 2).weights.lmHeadBatched(hiddenRows, n);
+  let beyondCap = 0;
+  for (let r = 1; r < n; r++) {
+    const single = cappedHead.weights.lmHeadBatched(hiddenRows.subarray(r * hidden, (r + 1) * hidden), 1);
+    expect(bits(capped.row(r))).toEqual(bits(single.row(0)));
+    for (let j = 0; j < vocab; j++) {
+      const v = capped.row(r)[j]!;
+      const raw = plain.row(r)[j]!;
+      expect(Math.abs(v)).toBeLessThanOrEqual(30);
+      expect(Math.abs(v - Math.tanh(raw / 30) * 30)).toBeLessThan(1e-4);
+      if (Math.abs(raw) > 30) beyondCap++;
+    }
+  }
+  expect(beyondCap).toBeGreaterThan(0); // the data reaches past the cap, so the cap is exercised
+});
+
+test("logits are within the stated tolerance of an f64 reference", () => {
+  const n = 4;
+  const hiddenRows = rows(n, 11);
+  const out = head.weights.lmHeadBatched(hiddenRows, n);
+  const ref = referenceHead(head, hiddenRows, n);
+  // f32 accumulation of `hidden` products: |error| <= 2·hidden·2^-24·Σ|y·w| (+ the norm's few ulps).
+  for (let i = 0; i < n * vocab; i++) {
+    const bound = 2 * hidden * 2 ** -24 * ref.magnitude[i]! + 1e-6;
+    expect(Math.abs(out.logits[i]! - ref.logits[i]!)).toBeLessThanOrEqual(bound);
+  }
+});
+
+test("n = 0 gives an empty result", () => {
+  const out = head.weights.lmHeadBatched(new Float32Array(0), 0);
+  expect(out.rows).toBe(0);
+  expect(out.logits.length).toBe(0);
+});
+
+describe("barriers", () => {
+  test("lmHeadBatched emits 2 barriers with softcap and 1 without", () => {
+    const plain = f32Head(device, hidden, vocab, 3, null);
+    const before = counters();
+    head.weights.lmHeadBatched(rows(3, 1), 3);
+    const mid = counters();
+    plain.weights.lmHeadBatched(rows(3, 1), 3);
+    const after = counters();
+    expect(mid.barriers - before.barriers).toBe(2);
+    expect(mid.dispatches - before.dispatches).toBe(3);
+    expect(after.barriers - mid.barriers).toBe(1);
+    expect(after.dispatches - mid.dispatches).toBe(2);
+  });
+
+  test("encodeLmHeadInto after a write of the hidden buffer in the same session adds one", () => {
+    const n = 2;
+    using source = device.allocBuffer(n * hidden * 4);
+    using hiddenBuf = device.allocBuffer(n * hidden * 4);
+    source.write(rows(n, 9));
+    const before = counters();
+    const session = GraphSession.begin(device);
+    session.rmsNorm(source, head.weights.finalNorm, hiddenBuf, n, hidden, 1e-6); // the "body" writes hidden
+    const { logits, normed } = head.weights.encodeLmHeadInto(session, hiddenBuf, n);
+    session.finish();
+    expect(counters().barriers - before.barriers).toBe(3);
+    // And the result is the head applied to what the session wrote.
+    const expected = head.weights.lmHeadBatched(hiddenBuf.readF32(), n);
+    expect(bits(logits.readF32())).toEqual(bits(expected.logits));
+    logits.free();
+    normed.free();
+  });
+});
+
+describe("host payload", () => {
+  test("BatchedHeadOut carries logits only", () => {
+    const out = head.weights.lmHeadBatched(rows(2, 2), 2);
+    expect(Object.keys(out).sort()).toEqual(["logits", "rows", "vocab"]);
+    expect(out.logits).toBeInstanceOf(Float32Array);
+    expect(out.logits.length).toBe(2 * vocab);
+  });
+
+  for (const bad of [NaN, Infinity, -Infinity]) {
+    test(`fromLogits rejects ${bad}, naming offset and value`, () => {
+      const logits = new Float32Array(12).fill(0.5);
+      logits[7] = bad;
+      expect(() => BatchedHeadOut.fromLogits(logits, 3, 4)).toThrow(`non-finite model logit at offset 7: ${bad}`);
+    });
+  }
+});
+
+describe("bad input is a typed error and the process lives", () => {
+  const code = (fn: () => unknown): string => {
+    try {
+      fn();
+    } catch (e) {
+      expect(e).toBeInstanceOf(LmheadError);
+      return (e as LmheadError).code;
+    }
+    throw new Error("no error thrown");
+  };
+
+  test("wrong hidden length names both numbers", () => {
+    expect(() => head.weights.lmHeadBatched(new Float32Array(hidden * 2 - 1), 2)).toThrow(
+      `hidden_rows len ${hidden * 2 - 1} != n*hidden_size ${hidden * 2}`,
+    );
+  });
+
+  test("n·vocab overflow is an error, not a truncation", () => {
+    const n = 2 ** 45; // n·vocab·4 bytes is past 2^53
+    const fake = { length: n * hidden } as unknown as Float32Array;
+    expect(code(() => head.weights.lmHeadBatched(fake, n))).toBe("overflow");
+    const many = 70000; // past the row limit: refused before allocating
+    expect(() => head.weights.lmHeadBatched({ length: many * hidden } as unknown as Float32Array, many)).toThrow("exceeds the limit of 65536");
+  });
+
+  test("rows past the native limit are refused before any work", () => {
+    using session = GraphSession.begin(device);
+    expect(code(() => session.rmsNorm(head.weights.finalNorm, head.weights.finalNorm, head.weights.finalNorm, 70000, hidden, 1e-6))).toBe("out_of_bounds");
+  });
+
+  test("freed buffer, double free, closed device, 0-byte alloc, out-of-range access", () => {
+    const b = device.allocBuffer(16);
+    b.free();
+    expect(code(() => b.write(new Float32Array(1)))).toBe("bad_handle");
+    expect(code(() => b.read(0, 4))).toBe("bad_handle");
+    expect(code(() => b.free())).toBe("bad_handle");
+
+    const other = MlxDevice.open("cpu");
+    other.close();
+    expect(code(() => other.allocBuffer(16))).toBe("bad_handle");
+    expect(code(() => other.close())).toBe("bad_handle");
+
+    expect(code(() => device.allocBuffer(0))).toBe("invalid_argument");
+    using c = device.allocBuffer(16);
+    expect(code(() => c.write(new Float32Array(5)))).toBe("out_of_bounds");
+    expect(code(() => c.write(new Float32Array(1), 13))).toBe("out_of_bounds");
+    expect(code(() => c.read(8, 9))).toBe("out_of_bounds");
+    expect(code(() => c.read(2 ** 52, 8))).toBe("out_of_bounds");
+    expect(code(() => c.view(8, 16))).toBe("out_of_bounds");
+    // Still alive, still correct.
+    c.write(new Float32Array([1, 2, 3, 4]));
+    expect(Array.from(c.readF32())).toEqual([1, 2, 3, 4]);
+  });
+
+  test("a buffer in use by an unfinished session refuses host access; freeing it defers", () => {
+    const n = 1;
+    const input = device.allocBuffer(n * hidden * 4);
+    input.write(rows(n, 4));
+    const session = GraphSession.begin(device);
+    const { logits, normed } = head.weights.encodeLmHeadInto(session, input, n);
+    expect(code(() => input.write(new Float32Array(1)))).toBe("busy");
+    expect(code(() => logits.readF32())).toBe("busy");
+    input.free(); // the session keeps the memory alive until finish
+    session.finish();
+    expect(logits.readF32().length).toBe(vocab);
+    logits.free();
+    normed.free();
+  });
+
+  test("session misuse", () => {
+    const session = GraphSession.begin(device);
+    session.finish();
+    expect(code(() => session.finish())).toBe("bad_handle");
+    using small = device.allocBuffer(4);
+    const s2 = GraphSession.begin(device);
+    expect(code(() => s2.rmsNorm(small, small, small, 1, 2, 1e-6))).toBe("invalid_argument");
+    expect(code(() => s2.softcap(small, 1, 0))).toBe("invalid_argument");
+    expect(code(() => s2.softcap(small, 2, 30))).toBe("out_of_bounds");
+    expect(code(() => s2.matvec(small, small, 99, small, 1, 1, 1))).toBe("unsupported");
+    s2.abort();
+  });
+});
