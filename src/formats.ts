@@ -1,6 +1,6 @@
 /** The block formats, as the native table (native/numerics/formats.zig) defines them. */
 import { LmheadError } from "./errors.ts";
-import { lib, nativeString } from "./native.ts";
+import { check, lib, nativeString } from "./native.ts";
 
 export interface FormatInfo {
   /** ggml type id. */
@@ -57,4 +57,14 @@ export function typeIdOf(name: string): number {
   const id = knownTypeIds.find((t) => formatInfo(t)!.name.toLowerCase() === name.toLowerCase());
   if (id === undefined) throw new LmheadError("invalid_argument", `unknown type ${name}; known: ${knownTypeIds.map((t) => formatInfo(t)!.name).join(", ")}`);
   return id;
+}
+
+/** Decodes whole blocks of ggml type typeId with the reference decoder (the kernels' own). */
+export function dequantize(typeId: number, bytes: Uint8Array): Float32Array {
+  const format = formatInfo(typeId);
+  if (!format) throw new LmheadError("unsupported", `unknown ggml type id ${typeId}`);
+  const values = (bytes.byteLength / format.blockBytes) * format.blockValues;
+  const out = new Float32Array(Number.isInteger(values) ? values : 0);
+  check(lib.lmh_dequantize(typeId, bytes.byteLength ? bytes : null, bytes.byteLength, out.length ? out : null, out.length), `dequantize ${format.name}`);
+  return out;
 }

@@ -19,17 +19,20 @@ const Lanes = lanes.Lanes;
 /// Width of elementwise vectors; elementwise results do not depend on it.
 const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
-/// Batch rows that share one pass over a decoded weight row: their accumulators
+/// Batch rows that share each load of a decoded weight vector: their accumulators
 /// (2 registers each with 512-bit vectors) stay in registers.
 const rows_per_group = if (elementwise_width >= 16) 8 else 2;
-/// Vocab rows a worker takes at a time.
-const vocab_rows_per_task = 16;
+/// Vocab rows a worker decodes at a time; their decoded weights stay in L2.
+const vocab_rows_per_task = 8;
+/// Chunks of k per block: a block of the task's weights and of a row group's inputs
+/// (8 + 8 rows of 2 KiB) stay in L1 while the group sweeps the task's rows.
+const chunks_per_block = 2;
 
 pub const Backend = struct {
     pool: Pool,
     /// Per-worker lane-major decoded weight row, and the shared lane-major inputs.
-    worker_scratch: [pool_mod.max_workers][]align(64) f32 = undefined,
-    input_scratch: []align(64) f32 = &.{},
+    worker_scratch: [pool_mod.max_workers][]align(128) f32 = undefined,
+    input_scratch: []align(128) f32 = &.{},
     /// Sessions finishing on one device from two threads run one after the other.
     execute_lock: std.c.pthread_mutex_t = .{},
 
@@ -63,7 +66,9 @@ pub const Backend = struct {
             .matvec => |m| {
                 const row_values = lanes.chunkCount(m.k) * lanes.chunk_values;
                 try grow(&backend.input_scratch, @as(usize, m.rows) * row_values);
-                for (backend.worker_scratch[0..backend.pool.worker_count]) |*s| try grow(s, row_values);
+                // A tile of decoded weight rows, then the tile's accumulators.
+                const worker_values = vocab_rows_per_task * (row_values + @as(usize, m.rows) * lanes.lane_count);
+                for (backend.worker_scratch[0..backend.pool.worker_count]) |*s| try grow(s, worker_values);
             },
             .rms_norm => |r| for (backend.worker_scratch[0..backend.pool.worker_count]) |*s|
                 try grow(s, lanes.chunkCount(r.dim) * lanes.chunk_values),
@@ -71,9 +76,9 @@ pub const Backend = struct {
         }
     }
 
-    fn grow(scratch: *[]align(64) f32, values: usize) Error!void {
+    fn grow(scratch: *[]align(128) f32, values: usize) Error!void {
         if (scratch.len >= values) return;
-        const bigger = std.heap.c_allocator.alignedAlloc(f32, .@"64", values) catch
+        const bigger = std.heap.c_allocator.alignedAlloc(f32, .fromByteUnits(128), values) catch
             return fail(error.OutOfMemory, "out of memory for {d} scratch values", .{values});
         std.heap.c_allocator.free(scratch.*);
         scratch.* = bigger;
@@ -136,9 +141,8 @@ pub const Backend = struct {
         while (i < x.len) : (i += 1) y[i] = (x[i] * inv) * w[i];
     }
 
-    fn matvec(backend: *Backend, comptime t: formats.Type, input: []const f32, weight: []const u8, output: []f32, rows: u32, k: u32, vocab: u32) void {
-        const chunks = lanes.chunkCount(k);
-        const row_values = chunks * lanes.chunk_values;
+    fn matvec(backend: *Backend, comptime t_type: formats.Type, input: []const f32, weight: []const u8, output: []f32, rows: u32, k: u32, vocab: u32) void {
+        const row_values = lanes.chunkCount(k) * lanes.chunk_values;
         const inputs = backend.input_scratch[0 .. @as(usize, rows) * row_values];
         for (0..rows) |r| lanes.toLaneMajor(input[r * k ..][0..k], inputs[r * row_values ..][0..row_values]);
 
@@ -154,36 +158,57 @@ pub const Backend = struct {
             row_values: usize,
             next: std.atomic.Value(u32) = .init(0),
 
+            /// A task is a tile of vocab rows. The tile is decoded once (the weights are
+            /// read from memory once per call, whatever the batch size), then swept in
+            /// blocks of k. Each accumulator still sees its values in the canonical order;
+            /// blocking only decides when, never in which order, a lane adds.
             fn run(context: *anyopaque, worker: u32) void {
                 const job: *@This() = @ptrCast(@alignCast(context));
-                const decoded = job.backend.worker_scratch[worker][0..job.row_values];
+                const scratch = job.backend.worker_scratch[worker];
+                const decoded = scratch[0 .. vocab_rows_per_task * job.row_values];
+                const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. vocab_rows_per_task * job.rows];
+                const chunks = job.row_values / lanes.chunk_values;
                 while (true) {
                     const first = job.next.fetchAdd(vocab_rows_per_task, .monotonic);
                     if (first >= job.vocab) return;
-                    for (first..@min(first + vocab_rows_per_task, job.vocab)) |j| {
-                        const row = job.weight[j * job.row_bytes ..][0..job.row_bytes];
-                        for (0..job.row_values / lanes.chunk_values) |c| {
-                            formats.decodeChunkLanes(t, row, c, job.k, decoded[c * lanes.chunk_values ..][0..lanes.chunk_values]);
+                    const tile_rows = @min(vocab_rows_per_task, job.vocab - first);
+                    for (0..tile_rows) |t| {
+                        const row = job.weight[(first + t) * job.row_bytes ..][0..job.row_bytes];
+                        for (0..chunks) |c| {
+                            formats.decodeChunkLanes(t_type, row, c, job.k, decoded[t * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
                         }
-                        // The weight row is decoded once and read from L1 by every batch row.
+                    }
+                    @memset(accs[0 .. tile_rows * job.rows], @splat(0));
+                    var block: usize = 0;
+                    while (block < chunks) : (block += chunks_per_block) {
+                        const begin = block * lanes.chunk_values;
+                        const end = @min(chunks, block + chunks_per_block) * lanes.chunk_values;
                         var r: usize = 0;
-                        while (r + rows_per_group <= job.rows) : (r += rows_per_group) job.dot(rows_per_group, decoded, r, j);
-                        while (r < job.rows) : (r += 1) job.dot(1, decoded, r, j);
+                        while (r + rows_per_group <= job.rows) : (r += rows_per_group) job.sweep(rows_per_group, decoded, accs, tile_rows, r, begin, end);
+                        while (r < job.rows) : (r += 1) job.sweep(1, decoded, accs, tile_rows, r, begin, end);
+                    }
+                    for (0..tile_rows) |t| {
+                        for (0..job.rows) |r| job.output[r * job.vocab + first + t] = lanes.reduce(accs[t * job.rows + r]);
                     }
                 }
             }
 
-            inline fn dot(job: *const @This(), comptime group: usize, decoded: []const f32, first_row: usize, j: usize) void {
-                var acc: [group]Lanes = @splat(@splat(0));
-                var p: usize = 0;
-                while (p < decoded.len) : (p += lanes.lane_count) {
-                    const w: Lanes = decoded[p..][0..lanes.lane_count].*;
-                    inline for (0..group) |g| {
-                        const y: Lanes = job.inputs[(first_row + g) * job.row_values + p ..][0..lanes.lane_count].*;
-                        acc[g] = @mulAdd(Lanes, w, y, acc[g]);
+            /// Steps [begin, end) of a group of batch rows against every row of the tile.
+            inline fn sweep(job: *const @This(), comptime group: usize, decoded: []const f32, accs: []Lanes, tile_rows: usize, first_row: usize, begin: usize, end: usize) void {
+                for (0..tile_rows) |t| {
+                    const w_row = decoded[t * job.row_values ..];
+                    var acc: [group]Lanes = undefined;
+                    inline for (0..group) |g| acc[g] = accs[t * job.rows + first_row + g];
+                    var p = begin;
+                    while (p < end) : (p += lanes.lane_count) {
+                        const w: Lanes = w_row[p..][0..lanes.lane_count].*;
+                        inline for (0..group) |g| {
+                            const y: Lanes = job.inputs[(first_row + g) * job.row_values + p ..][0..lanes.lane_count].*;
+                            acc[g] = @mulAdd(Lanes, w, y, acc[g]);
+                        }
                     }
+                    inline for (0..group) |g| accs[t * job.rows + first_row + g] = acc[g];
                 }
-                inline for (0..group) |g| job.output[(first_row + g) * job.vocab + j] = lanes.reduce(acc[g]);
             }
         };
         var job: Job = .{
@@ -194,7 +219,7 @@ pub const Backend = struct {
             .rows = rows,
             .k = k,
             .vocab = vocab,
-            .row_bytes = @intCast(formats.rowBytes(t, k).?),
+            .row_bytes = @intCast(formats.rowBytes(t_type, k).?),
             .row_values = row_values,
         };
         backend.pool.run(.{ .context = &job, .run = Job.run });
