@@ -9,6 +9,7 @@ export type ErrorCode =
   | "busy"
   | "backend"
   | "non_finite"
+  | "bad_artifact"
   | "library";
 
 /** Native status codes, in the order of native/core/status.zig. */
@@ -23,12 +24,13 @@ export const statusCodes: readonly ErrorCode[] = [
   "backend",
 ];
 
+/** Subclasses (GgufError, ArtifactError) add what they know, e.g. the file. */
 export class LmheadError extends Error {
-  override readonly name = "LmheadError";
   constructor(
     readonly code: ErrorCode,
     message: string,
   ) {
     super(message);
+    this.name = new.target.name;
   }
 }
