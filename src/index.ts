@@ -3,3 +3,7 @@ export { dequantize, formatInfo, knownTypeIds, typeIdOf, type FormatInfo } from 
 export { MlxDevice, MlxBuffer, KernelRegistry, GraphSession, counters, setEncodeTrace, type BackendKind } from "./runtime.ts";
 export { MlxModelWeights, BatchedHeadOut, type HeadWeights, type EncodedHead } from "./head.ts";
 export { hostPhases, HostPhases, type Phase } from "./phases.ts";
+export { loadModel, type Model, type EmbeddingTable } from "./model.ts";
+export { readGguf, GgufError } from "./artifact/gguf.ts";
+export { resolveHead, ArtifactError } from "./artifact/head.ts";
+export { defaultArtifactPath } from "./artifact/default.ts";
