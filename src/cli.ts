@@ -1,52 +1,142 @@
 #!/usr/bin/env bun
-/** lmhead command line. For now: one head call over a built-in F32 head, timed. */
-import { MlxDevice, MlxModelWeights } from "./index.ts";
+/**
+ * lmhead command line.
+ *   lmhead decode [flags]   the main job: a continuous-batching decode loop over the head
+ *   lmhead bench [flags]    the head per type and batch size, with a JSON result and an SVG plot
+ * Errors are one line on stderr and a non-zero exit: 2 for usage, 1 for everything else.
+ */
+import { existsSync, statSync } from "node:fs";
+import { ArtifactError } from "./artifact/head.ts";
+import { GgufError } from "./artifact/gguf.ts";
+import { flagHelp, intFlag, parseFlags, rangeFlag, stringFlag, UsageError, type FlagSpec } from "./decode/args.ts";
+import { formatDecodeSummary, runDecodeJob } from "./decode/job.ts";
+import { parseSampling, type Sampling } from "./decode/sampling.ts";
+import { LmheadError } from "./errors.ts";
+import { loadModel } from "./model.ts";
+import { MlxDevice, type BackendKind } from "./runtime.ts";
 
-const usage = `usage: lmhead decode [--slots N]
-  Runs the batched head over a built-in F32 head (hidden 2816, vocab 32768, softcap 30)
-  and prints the argmax of each row and the time taken.`;
+const topUsage = `usage: lmhead <command> [flags]
 
-function main(argv: string[]): number {
-  if (argv[0] !== "decode" || argv.includes("--help")) {
-    console.log(usage);
-    return argv.includes("--help") ? 0 : 2;
+commands:
+  decode    run the continuous-batching decode loop over the batched head and report
+            slot-tokens/s, head ms per step, the host-phase split and GB/s of weights
+            against this machine's read bandwidth (--verify: slot-aware byte equivalence)
+  bench     time the head per type and rows per call; writes JSON and an SVG plot
+
+lmhead <command> --help documents the command's flags.`;
+
+const decodeFlags: FlagSpec[] = [
+  { name: "model", value: "FILE", help: "GGUF artifact (default: the built-in synthetic Gemma 4 head, tied Q6_K,\nhidden 2816, vocab 262144, ~606 MB, generated into the cache on first use)" },
+  { name: "slots", value: "N", help: "decode slots, i.e. the most rows per head call (default 4, 1..256)" },
+  { name: "steps", value: "S", help: "head calls (decode steps) to run (default 32, 1..100000)" },
+  { name: "backend", value: "NAME", help: "cpu (default), metal or cuda" },
+  { name: "sampling", value: "SPEC", help: "greedy (default) or temp:T,topk:K,seed:S (each part optional: temp 1,\ntopk 40 (0 = whole vocab), seed 0; temp:0 is greedy)" },
+  { name: "tokens", value: "A-B", help: "new tokens per request, drawn from [A, B] (default 4-16)" },
+  { name: "seed", value: "N", help: "workload seed: first tokens, lengths, arrival gaps (default 1)" },
+  { name: "verify", help: "also run the slot-aware equivalence on the artifact (max(slots,2)+2 short\nrequests, batched vs each alone, every token and logit bit); exit 1 on a mismatch" },
+  { name: "probe-mib", value: "MIB", help: "read-bandwidth probe buffer in MiB (default 512; 0 skips the probe)" },
+  { name: "allow-missing-softcap", help: "accept a gemma4 artifact without final_logit_softcapping (softcap off)" },
+  { name: "json", help: "print the summary as JSON instead of text" },
+  { name: "no-progress", help: "no progress bar (it is drawn on stderr only when stderr is a TTY)" },
+  { name: "help", help: "this help" },
+];
+
+const decodeUsage = `usage: lmhead decode [flags]
+
+Runs a staggered workload (requests arrive over time, are admitted into free slots and
+evicted when done) through the decode loop: each step gathers the active slots' hidden rows
+(embedding of the previous token x sqrt(hidden) plus a per-request perturbation), calls the
+head once for all of them, and picks a token per row.
+
+flags:
+${flagHelp(decodeFlags)}`;
+
+async function decode(argv: string[]): Promise<number> {
+  const cmd = "decode";
+  const flags = parseFlags(argv, decodeFlags, cmd);
+  if (flags.has("help")) {
+    console.log(decodeUsage);
+    return 0;
   }
-  const slotsFlag = argv.indexOf("--slots");
-  const n = slotsFlag >= 0 ? Number(argv[slotsFlag + 1]) : 4;
-  if (!Number.isInteger(n) || n < 1) {
-    console.error(`lmhead: --slots must be a positive integer, got ${argv[slotsFlag + 1]}`);
-    return 2;
+  const slots = intFlag(flags, "slots", 4, 1, 256, cmd);
+  const steps = intFlag(flags, "steps", 32, 1, 100_000, cmd);
+  const seed = intFlag(flags, "seed", 1, 0, 0xffffffff, cmd);
+  const probeMib = intFlag(flags, "probe-mib", 512, 0, 65536, cmd);
+  const [minNew, maxNew] = rangeFlag(flags, "tokens", [4, 16], 100_000, cmd);
+  const backend = stringFlag(flags, "backend") ?? "cpu";
+  if (!["cpu", "metal", "cuda"].includes(backend)) throw new UsageError(`${cmd}: --backend must be cpu, metal or cuda, got '${backend}'`);
+  let sampling: Sampling;
+  try {
+    sampling = parseSampling(stringFlag(flags, "sampling") ?? "greedy");
+  } catch (e) {
+    throw new UsageError(`${cmd}: --sampling: ${(e as Error).message}`);
   }
-  const hidden = 2816;
-  const vocab = 32768;
-  using device = MlxDevice.open("cpu");
-  const head = new Float32Array(hidden * vocab);
-  let s = 1;
-  for (let i = 0; i < head.length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    head[i] = (s / 2 ** 32 - 0.5) * 0.1;
+  const modelPath = stringFlag(flags, "model") ?? null;
+  if (modelPath !== null) {
+    if (!existsSync(modelPath)) throw new UsageError(`${cmd}: --model ${modelPath}: no such file`);
+    if (!statSync(modelPath).isFile()) throw new UsageError(`${cmd}: --model ${modelPath}: not a file`);
   }
-  using norm = device.allocBuffer(hidden * 4);
-  norm.write(new Float32Array(hidden).fill(1));
-  using weight = device.allocBuffer(head.byteLength);
-  weight.write(head);
-  using weights = new MlxModelWeights(device, {
-    hiddenSize: hidden, vocabSize: vocab, finalNorm: norm, head: weight, headType: 0, tied: false,
-    finalLogitSoftcapping: 30, rmsNormEps: 1e-6,
+
+  using device = MlxDevice.open(backend as BackendKind);
+  using model = await loadModel(device, modelPath, { allowMissingSoftcap: flags.has("allow-missing-softcap") });
+  const summary = await runDecodeJob({
+    device,
+    weights: model.weights,
+    embedding: model.embedding,
+    modelPath: model.path,
+    arch: model.arch,
+    slots,
+    steps,
+    sampling,
+    seed,
+    minNew,
+    maxNew,
+    verify: flags.has("verify"),
+    progress: !flags.has("no-progress"),
+    probeBytes: probeMib * 2 ** 20,
   });
-  const rows = new Float32Array(n * hidden).map((_, i) => Math.sin(i * 0.37));
-  weights.lmHeadBatched(rows, n); // warm-up
-  const start = Bun.nanoseconds();
-  const out = weights.lmHeadBatched(rows, n);
-  const ms = (Bun.nanoseconds() - start) / 1e6;
-  for (let r = 0; r < n; r++) {
-    const row = out.row(r);
-    let best = 0;
-    for (let j = 1; j < vocab; j++) if (row[j]! > row[best]!) best = j;
-    console.log(`slot ${r}: argmax ${best} logit ${row[best]!.toFixed(4)}`);
+  if (flags.has("json")) console.log(JSON.stringify(summary, null, 2));
+  else console.log(formatDecodeSummary(summary));
+  if (summary.verify && summary.verify.some((r) => !r.ok)) {
+    console.error("lmhead: verify FAILED: batched decode differs from serial decode (see above)");
+    return 1;
   }
-  console.log(`${device.info}; ${n} rows x ${vocab} vocab in ${ms.toFixed(2)} ms (${((head.byteLength / 1e9) / (ms / 1e3)).toFixed(1)} GB/s of weights)`);
   return 0;
 }
 
-process.exit(main(process.argv.slice(2)));
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case undefined:
+      console.error(topUsage);
+      return 2;
+    case "--help":
+    case "-h":
+    case "help":
+      console.log(topUsage);
+      return 0;
+    case "decode":
+      return decode(rest);
+    case "bench": {
+      const { benchMain } = await import("../bench/head.ts");
+      return benchMain(rest);
+    }
+    default:
+      throw new UsageError(`unknown command '${command}' (commands: decode, bench; see lmhead --help)`);
+  }
+}
+
+/** One line, no stack: the message of a known error; for anything else, its message too (LMHEAD_DEBUG=1 adds the stack). */
+function oneLine(e: unknown): string {
+  const text = e instanceof Error ? e.message : String(e);
+  return text.split("\n")[0]!;
+}
+
+try {
+  process.exitCode = await main(process.argv.slice(2));
+} catch (e) {
+  const known = e instanceof UsageError || e instanceof LmheadError || e instanceof ArtifactError || e instanceof GgufError;
+  console.error(`lmhead: ${known ? "" : "error: "}${oneLine(e)}`);
+  if (process.env.LMHEAD_DEBUG && e instanceof Error && e.stack) console.error(e.stack);
+  process.exitCode = e instanceof UsageError ? 2 : 1;
+}

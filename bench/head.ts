@@ -1,0 +1,307 @@
+/**
+ * lmhead bench: the batched head per type and rows per call N, with tinybench (timestamps from
+ * Bun.nanoseconds). For each type and N: ms per N-row call, GB/s of weights (head bytes / ms),
+ * % of this machine's read bandwidth (measured in the same run), time(N)/time(1), and the
+ * batched-vs-scalar ratio: the time of N one-row calls over one N-row call (> 1: batching wins).
+ * Writes a JSON result and an SVG plot.
+ */
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { Bench } from "tinybench";
+import { flagHelp, intFlag, intListFlag, parseFlags, stringFlag, UsageError, type FlagSpec } from "../src/decode/args.ts";
+import { measureReadBandwidth, type BandwidthResult } from "../src/decode/bandwidth.ts";
+import { deviceThreads } from "../src/decode/job.ts";
+import { ProgressBar } from "../src/decode/progress.ts";
+import { fixed } from "../src/decode/stats.ts";
+import { formatInfo, knownTypeIds, typeIdOf } from "../src/formats.ts";
+import { MlxModelWeights } from "../src/head.ts";
+import { limits } from "../src/native.ts";
+import { MlxDevice, type BackendKind } from "../src/runtime.ts";
+import { plotSvg, type PlotSeries } from "./svg.ts";
+import { fillHead, headBytes } from "./weights.ts";
+
+export interface BenchOptions {
+  typeIds: number[];
+  rows: number[];
+  vocab: number;
+  hidden: number;
+  iterations: number;
+  warmup: number;
+  seed: number;
+  backend: BackendKind;
+  outDir: string;
+  probeBytes: number;
+  progress: boolean;
+}
+
+export interface BenchRow {
+  type: string;
+  typeId: number;
+  n: number;
+  /** One N-row call, ms: median, mean, min over the measured iterations. */
+  ms: number;
+  msMean: number;
+  msMin: number;
+  samples: number;
+  /** Head bytes / ms. */
+  gbs: number;
+  percentOfBandwidth: number | null;
+  /** ms(N) / ms(1). */
+  timeVsN1: number | null;
+  /** N one-row calls, ms (median), and that over one N-row call. */
+  scalarMs: number;
+  scalarOverBatched: number;
+}
+
+export interface BenchResult {
+  date: string;
+  device: string;
+  bun: string;
+  vocab: number;
+  hidden: number;
+  iterations: number;
+  warmup: number;
+  bandwidth: BandwidthResult | null;
+  bandwidthRef: { gbs: number; which: string; why: string } | null;
+  types: { type: string; typeId: number; headBytes: number; floorMs: number | null }[];
+  rows: BenchRow[];
+}
+
+export const benchFlags: FlagSpec[] = [
+  { name: "types", value: "LIST", help: "head types, comma-separated, e.g. Q6_K,Q8_0,F16 (default: every head type)" },
+  { name: "rows", value: "LIST", help: "rows per call N, comma-separated (default 1,2,4,8,16,32)" },
+  { name: "vocab", value: "V", help: "vocab rows of the head (default 262144)" },
+  { name: "hidden", value: "H", help: "hidden size (default 2816; must be whole blocks of every type benched)" },
+  { name: "iterations", value: "I", help: "measured iterations per task (default 3; the median is reported)" },
+  { name: "warmup", value: "W", help: "warm-up iterations per task (default 1)" },
+  { name: "out", value: "DIR", help: "directory for head-bench-<vocab>x<hidden>.json and .svg (default bench/results/)" },
+  { name: "seed", value: "N", help: "weights and rows seed (default 1)" },
+  { name: "backend", value: "NAME", help: "cpu (default), metal or cuda" },
+  { name: "probe-mib", value: "MIB", help: "read-bandwidth probe buffer in MiB (default 512; 0 skips the probe)" },
+  { name: "no-progress", help: "no progress bar (drawn on stderr only when stderr is a TTY)" },
+  { name: "help", help: "this help" },
+];
+
+export const benchUsage = `usage: lmhead bench [flags]
+
+Times the batched head (final norm, head matmul in the stored type, softcap 30) on seeded
+random-but-valid weights of each type, for each N: one N-row call, and N one-row calls.
+
+flags:
+${flagHelp(benchFlags)}`;
+
+export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
+  const cmd = "bench";
+  const flags = parseFlags(argv, benchFlags, cmd);
+  if (flags.has("help")) return "help";
+  const headTypes = knownTypeIds.filter((t) => formatInfo(t)!.head);
+  let typeIds = headTypes;
+  const typesText = stringFlag(flags, "types");
+  if (typesText !== undefined) {
+    typeIds = [];
+    for (const name of typesText.split(",").map((s) => s.trim())) {
+      let id: number;
+      try {
+        id = typeIdOf(name);
+      } catch {
+        throw new UsageError(`${cmd}: --types: unknown type '${name}' (known: ${headTypes.map((t) => formatInfo(t)!.name).join(", ")})`);
+      }
+      if (!formatInfo(id)!.head) throw new UsageError(`${cmd}: --types: ${name} is not admitted as a head`);
+      if (!typeIds.includes(id)) typeIds.push(id);
+    }
+  }
+  const rows = intListFlag(flags, "rows", [1, 2, 4, 8, 16, 32], 1, 1024, cmd);
+  const vocab = intFlag(flags, "vocab", 262144, 1, limits.maxVocab, cmd);
+  const hidden = intFlag(flags, "hidden", 2816, 1, limits.maxHidden, cmd);
+  for (const t of typeIds) {
+    const f = formatInfo(t)!;
+    if (hidden % f.blockValues !== 0) throw new UsageError(`${cmd}: --hidden ${hidden} is not a multiple of the ${f.name} block (${f.blockValues})`);
+  }
+  const backend = stringFlag(flags, "backend") ?? "cpu";
+  if (!["cpu", "metal", "cuda"].includes(backend)) throw new UsageError(`${cmd}: --backend must be cpu, metal or cuda, got '${backend}'`);
+  return {
+    typeIds,
+    rows,
+    vocab,
+    hidden,
+    iterations: intFlag(flags, "iterations", 3, 1, 10000, cmd),
+    warmup: intFlag(flags, "warmup", 1, 0, 10000, cmd),
+    seed: intFlag(flags, "seed", 1, 0, 0xffffffff, cmd),
+    backend: backend as BackendKind,
+    outDir: resolve(stringFlag(flags, "out") ?? join(import.meta.dir, "results")),
+    probeBytes: intFlag(flags, "probe-mib", 512, 0, 65536, cmd) * 2 ** 20,
+    progress: !flags.has("no-progress"),
+  };
+}
+
+/** Seeded hidden rows, [maxRows, hidden]. */
+function benchRows(count: number, hidden: number, seed: number): Float32Array {
+  const out = new Float32Array(count * hidden);
+  let s = seed >>> 0;
+  for (let i = 0; i < out.length; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    out[i] = (s / 2 ** 32 - 0.5) * 6;
+  }
+  return out;
+}
+
+export async function runBench(o: BenchOptions, log: (line: string) => void = () => {}): Promise<BenchResult> {
+  using device = MlxDevice.open(o.backend);
+  const threads = deviceThreads(device.info);
+  let bandwidth: BandwidthResult | null = null;
+  let bandwidthRef: BenchResult["bandwidthRef"] = null;
+  if (o.probeBytes > 0) {
+    bandwidth = await measureReadBandwidth({ bytes: o.probeBytes, threads });
+    bandwidthRef = bandwidth.multiThread !== null && threads > 1
+      ? { gbs: bandwidth.multiThread, which: `${threads} threads`, why: `the CPU backend reads the head with its ${threads} worker threads` }
+      : { gbs: bandwidth.oneThread, which: "1 thread", why: threads > 1 ? "the multi-thread probe could not run" : "the device runs 1 thread" };
+    log(`read bandwidth: ${fixed(bandwidthRef.gbs, 2)} GB/s with ${bandwidthRef.which} (1 thread ${fixed(bandwidth.oneThread, 2)}); ${bandwidth.method}`);
+  }
+
+  const maxRows = Math.max(...o.rows);
+  const hiddenRows = benchRows(maxRows, o.hidden, o.seed);
+  const inputs = new Map(o.rows.map((n) => [n, hiddenRows.subarray(0, n * o.hidden)]));
+  const singles = Array.from({ length: maxRows }, (_, r) => hiddenRows.subarray(r * o.hidden, (r + 1) * o.hidden));
+  const norm = new Float32Array(o.hidden).map((_, i) => 1 + 0.25 * Math.sin(i * 0.7));
+  using normBuffer = device.allocBuffer(o.hidden * 4);
+  normBuffer.write(norm);
+
+  const tasksPerType = o.rows.length + o.rows.filter((n) => n > 1).length;
+  const bar = new ProgressBar("lmhead bench", o.typeIds.length * tasksPerType, { enabled: o.progress });
+  let done = 0;
+  const rows: BenchRow[] = [];
+  const types: BenchResult["types"] = [];
+  try {
+    for (const typeId of o.typeIds) {
+      const f = formatInfo(typeId)!;
+      const bytes = headBytes(typeId, o.hidden, o.vocab);
+      bar.update(done, `${f.name}: generating ${(bytes / 1e9).toFixed(2)} GB of weights`);
+      using head = device.allocBuffer(bytes);
+      const t0 = performance.now();
+      fillHead(head.hostView(), typeId, o.hidden, o.vocab, o.seed);
+      const genMs = performance.now() - t0;
+      using weights = new MlxModelWeights(device, {
+        hiddenSize: o.hidden, vocabSize: o.vocab, finalNorm: normBuffer, head, headType: typeId, tied: false,
+        finalLogitSoftcapping: 30, rmsNormEps: 1e-6,
+      });
+      weights.lmHeadBatched(inputs.get(maxRows) ?? hiddenRows, maxRows); // scratch for the largest N, first touch
+
+      const bench = new Bench({
+        name: f.name,
+        timestampProvider: "bunNanoseconds",
+        time: 0,
+        iterations: o.iterations,
+        warmup: o.warmup > 0,
+        warmupTime: 0,
+        warmupIterations: o.warmup,
+        throws: true,
+      });
+      for (const n of o.rows) {
+        const input = inputs.get(n)!;
+        bench.add(`batched N=${n}`, () => void weights.lmHeadBatched(input, n), { async: false });
+        if (n > 1) {
+          bench.add(`scalar N=${n}`, () => {
+            for (let r = 0; r < n; r++) weights.lmHeadBatched(singles[r]!, 1);
+          }, { async: false });
+        }
+      }
+      bench.addEventListener("cycle", (e) => {
+        done++;
+        bar.update(done, `${f.name} ${e.task?.name ?? ""}`);
+      });
+      await bench.run();
+
+      const median = (name: string) => {
+        const r = bench.getTask(name)!.result;
+        if (r.state !== "completed") throw new Error(`bench ${f.name} ${name}: ${r.state === "errored" ? r.error.message : r.state}`);
+        return r.latency;
+      };
+      const floorMs = bandwidthRef ? bytes / 1e6 / bandwidthRef.gbs : null;
+      types.push({ type: f.name, typeId, headBytes: bytes, floorMs });
+      const ms1 = o.rows.includes(1) ? median("batched N=1").p50 : null;
+      for (const n of o.rows) {
+        const lat = median(`batched N=${n}`);
+        const scalar = n > 1 ? median(`scalar N=${n}`).p50 : lat.p50;
+        const gbs = bytes / 1e6 / lat.p50;
+        rows.push({
+          type: f.name,
+          typeId,
+          n,
+          ms: lat.p50,
+          msMean: lat.mean,
+          msMin: lat.min,
+          samples: lat.samplesCount,
+          gbs,
+          percentOfBandwidth: bandwidthRef ? (100 * gbs) / bandwidthRef.gbs : null,
+          timeVsN1: ms1 !== null ? lat.p50 / ms1 : null,
+          scalarMs: scalar,
+          scalarOverBatched: scalar / lat.p50,
+        });
+      }
+      bar.finish();
+      log(`${f.name}: ${(bytes / 1e6).toFixed(1)} MB of weights generated in ${genMs.toFixed(0)} ms, benched`);
+    }
+  } finally {
+    bar.finish();
+  }
+  return {
+    date: new Date().toISOString(),
+    device: device.info,
+    bun: Bun.version,
+    vocab: o.vocab,
+    hidden: o.hidden,
+    iterations: o.iterations,
+    warmup: o.warmup,
+    bandwidth,
+    bandwidthRef,
+    types,
+    rows,
+  };
+}
+
+export function formatBenchTable(r: BenchResult): string {
+  const header = ["type", "N", "ms/call", "GB/s", "% read bw", "t(N)/t(1)", "scalar/batched"];
+  const body = r.rows.map((row) => [
+    row.type,
+    String(row.n),
+    fixed(row.ms, 2),
+    fixed(row.gbs, 2),
+    row.percentOfBandwidth === null ? "n/a" : `${fixed(row.percentOfBandwidth, 1)}%`,
+    fixed(row.timeVsN1, 2),
+    fixed(row.scalarOverBatched, 2),
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  return [line(header), line(widths.map((w) => "-".repeat(w))), ...body.map(line)].join("\n");
+}
+
+export function benchSvg(r: BenchResult): string {
+  const series: PlotSeries[] = r.types.map((t) => ({
+    label: t.type,
+    floorMs: t.floorMs,
+    points: r.rows.filter((row) => row.typeId === t.typeId).map((row) => ({ n: row.n, ms: row.ms })),
+  }));
+  const bw = r.bandwidthRef ? `floor = head bytes / ${r.bandwidthRef.gbs.toFixed(1)} GB/s read bandwidth (${r.bandwidthRef.which})` : "no bandwidth probe";
+  return plotSvg(`lmhead: batched head, vocab ${r.vocab} x hidden ${r.hidden}`, `${r.device}; median of ${r.iterations}; ${bw}`, series);
+}
+
+export async function benchMain(argv: string[]): Promise<number> {
+  const opts = parseBenchArgs(argv);
+  if (opts === "help") {
+    console.log(benchUsage);
+    return 0;
+  }
+  const result = await runBench(opts, (line) => console.error(`lmhead bench: ${line}`));
+  mkdirSync(opts.outDir, { recursive: true });
+  const base = join(opts.outDir, `head-bench-${opts.vocab}x${opts.hidden}`);
+  writeFileSync(`${base}.json`, JSON.stringify(result, null, 2) + "\n");
+  writeFileSync(`${base}.svg`, benchSvg(result));
+  console.log(`lmhead bench: vocab ${result.vocab} x hidden ${result.hidden}, ${result.device}, median of ${result.iterations} iterations`);
+  if (result.bandwidthRef) {
+    console.log(`read bandwidth ${fixed(result.bandwidthRef.gbs, 2)} GB/s with ${result.bandwidthRef.which} (${result.bandwidthRef.why}); 1 thread ${fixed(result.bandwidth!.oneThread, 2)} GB/s`);
+  }
+  console.log("scalar/batched = time of N one-row calls / time of one N-row call (> 1: batching wins)\n");
+  console.log(formatBenchTable(result));
+  console.log(`\nwrote ${base}.json and ${base}.svg`);
+  return 0;
+}

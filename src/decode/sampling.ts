@@ -1,0 +1,183 @@
+/**
+ * Token selection after the head (hf2q does it on the host, outside the head): greedy argmax
+ * with ties to the lowest index, or temperature / top-k sampling from a per-request seeded
+ * PRNG, so a request's tokens are a function of its own logits and seed only, never of the
+ * other slots.
+ */
+import { LmheadError } from "../errors.ts";
+
+export type Sampling =
+  | { kind: "greedy" }
+  | {
+      kind: "sample";
+      /** > 0 (a temperature of 0 is greedy: parseSampling turns it into { kind: "greedy" }). */
+      temperature: number;
+      /** Candidates kept, the highest logits first; 0 keeps the whole vocabulary. */
+      topK: number;
+      /** u32 base seed; each request mixes its own key in. */
+      seed: number;
+    };
+
+export const greedy: Sampling = Object.freeze({ kind: "greedy" });
+
+/**
+ * Parses "greedy" or "temp:T,topk:K,seed:S" (any order, each part optional: temperature 1,
+ * top-k 40, seed 0). Throws an LmheadError naming the bad part.
+ */
+export function parseSampling(text: string): Sampling {
+  const spec = text.trim();
+  if (spec === "greedy") return greedy;
+  let temperature = 1;
+  let topK = 40;
+  let seed = 0;
+  const seen = new Set<string>();
+  for (const part of spec.split(",")) {
+    const m = /^\s*([a-z]+)\s*:\s*(\S+)\s*$/.exec(part);
+    if (!m) throw bad(text, `'${part}' is not key:value`);
+    const [, key, value] = m as unknown as [string, string, string];
+    if (seen.has(key)) throw bad(text, `'${key}' given twice`);
+    seen.add(key);
+    const num = Number(value);
+    switch (key) {
+      case "temp":
+        if (!(num >= 0) || !Number.isFinite(num)) throw bad(text, `temp ${value} is not a finite number >= 0`);
+        temperature = num;
+        break;
+      case "topk":
+        if (!Number.isSafeInteger(num) || num < 0) throw bad(text, `topk ${value} is not an integer >= 0`);
+        topK = num;
+        break;
+      case "seed":
+        if (!Number.isSafeInteger(num) || num < 0 || num > 0xffffffff) throw bad(text, `seed ${value} is not a u32`);
+        seed = num;
+        break;
+      default:
+        throw bad(text, `unknown key '${key}' (known: temp, topk, seed)`);
+    }
+  }
+  if (temperature === 0) return greedy;
+  return { kind: "sample", temperature, topK, seed };
+}
+
+function bad(text: string, why: string): LmheadError {
+  return new LmheadError("invalid_argument", `bad sampling '${text}': ${why}; expected greedy or temp:T,topk:K,seed:S`);
+}
+
+export function samplingText(s: Sampling): string {
+  return s.kind === "greedy" ? "greedy" : `temp:${s.temperature},topk:${s.topK},seed:${s.seed}`;
+}
+
+/** Index of the largest value; ties go to the lowest index (hf2q's GPU argmax contract). */
+export function argmax(values: Float32Array): number {
+  let best = 0;
+  let bestValue = values[0]!;
+  for (let i = 1; i < values.length; i++) {
+    const v = values[i]!;
+    if (v > bestValue) {
+      bestValue = v;
+      best = i;
+    }
+  }
+  return best;
+}
+
+/** A 32-bit hash of a request id (FNV-1a over UTF-16 code units, then an avalanche). */
+export function requestKey(id: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193);
+  return mix32(h);
+}
+
+/** A 32-bit finalizer (avalanche): every input bit affects every output bit. */
+export function mix32(x: number): number {
+  let z = x >>> 0;
+  z = Math.imul(z ^ (z >>> 16), 0x7feb352d);
+  z = Math.imul(z ^ (z >>> 15), 0x846ca68b);
+  return (z ^ (z >>> 16)) >>> 0;
+}
+
+/** A small seeded PRNG (a Weyl sequence through mix32): one per request, 32-bit outputs. */
+export class RequestRng {
+  #state: number;
+  constructor(seed: number) {
+    this.#state = seed >>> 0;
+  }
+  /** Uniform in [0, 1). */
+  float(): number {
+    this.#state = (this.#state + 0x9e3779b9) >>> 0;
+    return mix32(this.#state) / 4294967296;
+  }
+}
+
+/**
+ * A sampler with reusable scratch (no allocation per token once sized). `pick` consumes
+ * exactly one random draw from `rng` per sampled token.
+ */
+export class Sampler {
+  #idx = new Int32Array(0);
+  #val = new Float64Array(0);
+
+  /** Picks a token from one row of logits. */
+  pick(logits: Float32Array, sampling: Sampling, rng: RequestRng | null): number {
+    if (sampling.kind === "greedy") return argmax(logits);
+    if (rng === null) throw new LmheadError("invalid_argument", "sampling needs a request rng");
+    const t = sampling.temperature;
+    const k = sampling.topK === 0 || sampling.topK >= logits.length ? 0 : sampling.topK;
+    if (k === 0) return this.#full(logits, t, rng);
+    return this.#topK(logits, k, t, rng);
+  }
+
+  /** Softmax over the whole vocabulary, walked in index order. */
+  #full(logits: Float32Array, t: number, rng: RequestRng): number {
+    const max = logits[argmax(logits)]!;
+    let sum = 0;
+    for (let i = 0; i < logits.length; i++) sum += Math.exp((logits[i]! - max) / t);
+    const target = rng.float() * sum;
+    let acc = 0;
+    for (let i = 0; i < logits.length; i++) {
+      acc += Math.exp((logits[i]! - max) / t);
+      if (acc > target) return i;
+    }
+    return argmax(logits); // rounding left target at the very top: the most likely token
+  }
+
+  /** The k largest logits (ties: lower index first), softmax over them, walked best first. */
+  #topK(logits: Float32Array, k: number, t: number, rng: RequestRng): number {
+    if (this.#idx.length < k) {
+      this.#idx = new Int32Array(k);
+      this.#val = new Float64Array(k);
+    }
+    const idx = this.#idx;
+    const val = this.#val;
+    let count = 0;
+    for (let i = 0; i < logits.length; i++) {
+      const v = logits[i]!;
+      // Strictly greater than the current k-th: an equal value at a higher index never displaces.
+      if (count === k && !(v > val[k - 1]!)) continue;
+      let at = count < k ? count++ : k - 1;
+      while (at > 0 && v > val[at - 1]!) {
+        val[at] = val[at - 1]!;
+        idx[at] = idx[at - 1]!;
+        at--;
+      }
+      val[at] = v;
+      idx[at] = i;
+    }
+    const max = val[0]!;
+    let sum = 0;
+    for (let j = 0; j < count; j++) sum += Math.exp((val[j]! - max) / t);
+    const target = rng.float() * sum;
+    let acc = 0;
+    for (let j = 0; j < count; j++) {
+      acc += Math.exp((val[j]! - max) / t);
+      if (acc > target) return idx[j]!;
+    }
+    return idx[0]!;
+  }
+}
+
+/** The PRNG of one request: its sampling seed mixed with its id, so equal seeds still give each request its own stream. */
+export function requestRng(sampling: Sampling, id: string): RequestRng | null {
+  if (sampling.kind === "greedy") return null;
+  return new RequestRng(mix32(sampling.seed ^ Math.imul(requestKey(id), 0x9e3779b1)));
+}

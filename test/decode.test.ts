@@ -1,0 +1,352 @@
+// The decode loop over the batched head: continuous batching with staggered admission and
+// eviction, slot-aware byte equivalence (hf2q's slot_aware_* suite) for every known head type,
+// token selection (greedy ties, seeded sampling) and the default hidden source.
+import { afterAll, describe, expect, test } from "bun:test";
+import { Rng, synthBlocks } from "../src/artifact/synth.ts";
+import {
+  DecodeLoop,
+  EmbeddingHiddenSource,
+  ProgressBar,
+  RequestRng,
+  Sampler,
+  argmax,
+  denseEmbedding,
+  describeEquivalence,
+  parseSampling,
+  requestKey,
+  slotAwareEquivalence,
+  staggeredRequests,
+  type DecodeRequest,
+  type HiddenSource,
+  type Sampling,
+} from "../src/decode/index.ts";
+import { MlxDevice, counters, dequantize, formatInfo, knownTypeIds, type MlxModelWeights } from "../src/index.ts";
+import { buildHead, f32Head, rng, type TestHead } from "./support.ts";
+
+const device = MlxDevice.open("cpu");
+afterAll(() => device.close());
+
+const hidden = 512;
+const vocab = 500;
+
+/** A head of typeId with random-but-valid blocks (random codes, finite f16 scales at dOffset/mOffset). */
+function typedHead(typeId: number, seed: number): TestHead {
+  const f = formatInfo(typeId)!;
+  const random = new Rng(seed);
+  const bytes = synthBlocks(typeId, hidden * vocab, random, { rms: 0.05 });
+  const values = dequantize(typeId, bytes);
+  const norm = new Float32Array(hidden).map(() => 0.75 + 0.5 * random.float());
+  return buildHead(device, hidden, vocab, typeId, bytes, values, norm, 30, f.tiedHead);
+}
+
+function sourceFor(head: TestHead): HiddenSource {
+  return new EmbeddingHiddenSource(denseEmbedding(head.headValues, head.vocab, head.hidden));
+}
+
+const sample = (temperature: number, topK: number, seed: number): Sampling => ({ kind: "sample", temperature, topK, seed });
+
+/**
+ * Staggered arrivals, varied lengths, greedy and sampled requests side by side. With 2 slots,
+ * "b" runs alone at step 2 (its row moves from 1 to 0 and back); with more, requests join and
+ * leave mid-generation of others.
+ */
+const schedule: DecodeRequest[] = [
+  { id: "a", firstToken: 17, maxNewTokens: 2, arrivalStep: 0 },
+  { id: "b", firstToken: 401, maxNewTokens: 6, arrivalStep: 0, sampling: sample(1, 40, 11) },
+  { id: "c", firstToken: 17, maxNewTokens: 2, arrivalStep: 3 }, // same first token as "a": rows still differ
+  { id: "d", firstToken: 250, maxNewTokens: 5, arrivalStep: 5, sampling: sample(0.7, 0, 3) },
+  { id: "e", firstToken: 3, maxNewTokens: 1, arrivalStep: 4 },
+  { id: "f", firstToken: 499, maxNewTokens: 4, arrivalStep: 4, sampling: sample(1.3, 5, 11) },
+  { id: "g", firstToken: 0, maxNewTokens: 3, arrivalStep: 7 },
+];
+
+describe("slot-aware byte equivalence: batched decode == each request alone, every token and logit bit", () => {
+  for (const typeId of knownTypeIds) {
+    const name = formatInfo(typeId)!.name;
+    test(`${name}: slots 2, 3, 5 with staggered admission and eviction`, () => {
+      const head = typedHead(typeId, 1000 + typeId);
+      const reports = slotAwareEquivalence(head.weights, schedule, { slots: [2, 3, 5], hiddenSource: sourceFor(head) });
+      for (const r of reports) {
+        if (!r.ok) throw new Error(`${name}: ${describeEquivalence(r)}`);
+        expect(r.mismatchCount).toBe(0);
+        expect(r.tokensCompared).toBe(23); // 2+6+2+5+1+4+3
+        expect(r.logitWordsCompared).toBe(23 * vocab);
+        expect(r.calls.serial).toBe(23);
+        // Not vacuous: calls were batched, requests joined and left while others ran, rows moved.
+        expect(r.maxRows).toBeGreaterThan(1);
+        expect(r.staggeredAdmissions).toBeGreaterThan(0);
+        expect(r.evictionsWithPeers).toBeGreaterThan(0);
+        expect(r.rowMoves).toBeGreaterThan(0);
+      }
+      expect(reports.map((r) => r.maxRows)).toEqual([2, 3, 4]);
+      head.weights[Symbol.dispose]();
+    });
+  }
+
+  test("a generated staggered workload over 4 slots, Q6_K and Q8_0", () => {
+    for (const typeId of [14, 8]) {
+      const head = typedHead(typeId, 77);
+      const requests = staggeredRequests({ count: 10, vocab, slots: 4, minNew: 1, maxNew: 6, seed: 5, sampling: sample(0.9, 20, 42), upfront: 2, meanGap: 1.5 });
+      const [r] = slotAwareEquivalence(head.weights, requests, { slots: 4, hiddenSource: sourceFor(head) });
+      expect(r!.ok).toBe(true);
+      expect(r!.maxRows).toBe(4);
+    }
+  });
+
+  test("the check is not vacuous: a row that depends on its peers is caught", () => {
+    const head = f32Head(device, hidden, vocab, 9);
+    const honest = sourceFor(head);
+    let fillsThisStep = 0;
+    // Leaks the number of rows gathered before it into the row: alone it is always 0.
+    const leaky: HiddenSource = {
+      hidden,
+      fill(out, offset, request, token, position) {
+        honest.fill(out, offset, request, token, position);
+        if (offset === 0) fillsThisStep = 0;
+        out[offset] = out[offset]! + fillsThisStep++ * 1e-3;
+      },
+    };
+    const [r] = slotAwareEquivalence(head.weights, schedule, { slots: 3, hiddenSource: leaky });
+    expect(r!.ok).toBe(false);
+    expect(r!.mismatches[0]!.kind).toBe("logits");
+    expect(r!.mismatches[0]!.row).toBeGreaterThan(0);
+    expect(describeEquivalence(r!)).toStartWith("FAIL slots=3");
+  });
+});
+
+describe("the loop", () => {
+  const head = f32Head(device, hidden, vocab, 21);
+  const source = sourceFor(head);
+
+  test("admits at arrival into the lowest free slot, queues when full, evicts when done", () => {
+    const steps: { rows: number; admitted: readonly string[]; finished: readonly string[] }[] = [];
+    const loop = new DecodeLoop(head.weights, { slots: 2, hiddenSource: source, onStep: (s) => steps.push(s) });
+    loop.submit({ id: "x", firstToken: 1, maxNewTokens: 2, arrivalStep: 0 });
+    loop.submit({ id: "y", firstToken: 2, maxNewTokens: 4, arrivalStep: 1 });
+    loop.submit({ id: "z", firstToken: 3, maxNewTokens: 1, arrivalStep: 1 }); // waits for a slot
+    loop.submit({ id: "w", firstToken: 4, maxNewTokens: 1, arrivalStep: 9 }); // after idle time
+    const { results, stats } = loop.run();
+    const byId = Object.fromEntries(results.map((r) => [r.id, r]));
+    expect(byId.x).toMatchObject({ slot: 0, admittedStep: 0, finishedStep: 1, reason: "length" });
+    expect(byId.y).toMatchObject({ slot: 1, admittedStep: 1, finishedStep: 4, reason: "length" });
+    expect(byId.z).toMatchObject({ slot: 0, admittedStep: 2, finishedStep: 2, reason: "length" });
+    expect(byId.w).toMatchObject({ slot: 0, admittedStep: 9, finishedStep: 9 });
+    expect(results.map((r) => r.tokens.length)).toEqual([2, 4, 1, 1]);
+    expect(steps.map((s) => s.rows)).toEqual([1, 2, 2, 1, 1, 1]);
+    expect(steps.map((s) => s.admitted)).toEqual([["x"], ["y"], ["z"], [], [], ["w"]]);
+    expect(steps.map((s) => s.finished)).toEqual([[], ["x"], ["z"], [], ["y"], ["w"]]);
+    expect(stats).toMatchObject({ calls: 6, slotTokens: 8, admissions: 4, evictions: 4, maxRows: 2 });
+    expect(loop.done).toBe(true);
+    expect(loop.step()).toBeNull();
+  });
+
+  test("one head call per step, on views of one gather buffer", () => {
+    const seen: { buffer: ArrayBufferLike; n: number }[] = [];
+    const spy = new Proxy(head.weights, {
+      get(target, prop) {
+        if (prop === "lmHeadBatched") {
+          return (rows: Float32Array, n: number) => {
+            seen.push({ buffer: rows.buffer, n });
+            return target.lmHeadBatched(rows, n);
+          };
+        }
+        return Reflect.get(target, prop, target);
+      },
+    }) as MlxModelWeights;
+    const loop = new DecodeLoop(spy, { slots: 3, hiddenSource: source });
+    for (const r of schedule) loop.submit(r);
+    const before = counters();
+    const { stats } = loop.run();
+    const after = counters();
+    expect(seen.length).toBe(stats.calls);
+    expect(new Set(seen.map((s) => s.buffer)).size).toBe(1);
+    expect(seen.map((s) => s.n)).toEqual(stats.rowsPerCall);
+    expect(after.dispatches - before.dispatches).toBe(3 * stats.calls); // norm, matmul, softcap per call
+  });
+
+  test("stop tokens end a request early, keeping the token", () => {
+    const probe = new DecodeLoop(head.weights, { slots: 1, hiddenSource: source });
+    probe.submit({ id: "p", firstToken: 5, maxNewTokens: 4 });
+    const tokens = probe.run().results[0]!.tokens;
+    const loop = new DecodeLoop(head.weights, { slots: 1, hiddenSource: source });
+    loop.submit({ id: "p", firstToken: 5, maxNewTokens: 4, stopTokens: [tokens[1]!] });
+    const r = loop.run().results[0]!;
+    expect(r.tokens).toEqual(tokens.slice(0, tokens.indexOf(tokens[1]!) + 1));
+    expect(r.reason).toBe("stop");
+  });
+
+  test("maxCalls stops a run with requests unfinished", () => {
+    const loop = new DecodeLoop(head.weights, { slots: 2, hiddenSource: source });
+    for (const r of schedule) loop.submit(r);
+    const { results, stats } = loop.run({ maxCalls: 3 });
+    expect(stats.calls).toBe(3);
+    expect(results.some((r) => r.reason === null)).toBe(true);
+  });
+
+  test("bad requests are typed errors", () => {
+    const loop = new DecodeLoop(head.weights, { slots: 1, hiddenSource: source });
+    expect(() => loop.submit({ id: "a", firstToken: vocab, maxNewTokens: 1 })).toThrow("outside the vocabulary");
+    expect(() => loop.submit({ id: "a", firstToken: 0, maxNewTokens: 0 })).toThrow("maxNewTokens 0");
+    loop.submit({ id: "a", firstToken: 0, maxNewTokens: 1 });
+    expect(() => loop.submit({ id: "a", firstToken: 0, maxNewTokens: 1 })).toThrow("submitted twice");
+    expect(() => new DecodeLoop(head.weights, { slots: 0, hiddenSource: source })).toThrow("slots 0");
+    const wrong = new EmbeddingHiddenSource(denseEmbedding(new Float32Array(4 * 8), 4, 8));
+    expect(() => new DecodeLoop(head.weights, { slots: 1, hiddenSource: wrong })).toThrow("the head needs 512");
+  });
+});
+
+describe("token selection", () => {
+  test("argmax: ties go to the lowest index", () => {
+    expect(argmax(new Float32Array([1, 3, 3, 2, 3]))).toBe(1);
+    expect(argmax(new Float32Array(100).fill(-7))).toBe(0);
+    expect(argmax(new Float32Array([-0, 0, 0]))).toBe(0);
+    const big = new Float32Array(262144).map((_, i) => (i % 1000) / 1000);
+    expect(argmax(big)).toBe(999);
+  });
+
+  test("greedy decode through the head picks the lowest of tied tokens (bit-identical logits)", () => {
+    // Rows 3, 10 and 400 of the head are equal and aligned with the (constant) hidden row:
+    // their logits are the same bits and the largest.
+    const random = rng(4);
+    const values = new Float32Array(vocab * hidden).map(() => (random() - 0.5) * 0.02);
+    for (const t of [400, 10, 3]) values.fill(0.1, t * hidden, (t + 1) * hidden);
+    const head = buildHead(device, hidden, vocab, 0, new Uint8Array(values.buffer), values, new Float32Array(hidden).fill(1), 30, false);
+    const constant: HiddenSource = { hidden, fill: (out, offset) => void out.fill(1, offset, offset + hidden) };
+    const logits: Float32Array[] = [];
+    const loop = new DecodeLoop(head.weights, { slots: 2, hiddenSource: constant, onToken: (e) => void logits.push(e.logits.slice()) });
+    loop.submit({ id: "g", firstToken: 0, maxNewTokens: 2 });
+    loop.submit({ id: "k1", firstToken: 0, maxNewTokens: 2, sampling: sample(1, 1, 9) }); // top-1 sampling is greedy too
+    const { results } = loop.run();
+    expect(results.map((r) => r.tokens)).toEqual([[3, 3], [3, 3]]);
+    const l = new Uint32Array(logits[0]!.buffer);
+    expect(l[3]).toBe(l[10]!);
+    expect(l[3]).toBe(l[400]!);
+  });
+
+  test("top-k keeps ties in index order", () => {
+    const logits = new Float32Array([0, 5, 1, 5, 5, 2]);
+    const s = new Sampler();
+    // top-2 of {1, 3, 4} tied at 5 is {1, 3}; a cold temperature never leaves them.
+    const picks = new Set<number>();
+    const r = new RequestRng(1);
+    for (let i = 0; i < 200; i++) picks.add(s.pick(logits, sample(0.01, 2, 0), r));
+    expect([...picks].sort()).toEqual([1, 3]);
+  });
+
+  test("sampling follows the softmax", () => {
+    const s = new Sampler();
+    const r = new RequestRng(123);
+    const logits = new Float32Array([0, Math.log(3)]);
+    for (const topK of [0, 2]) {
+      let ones = 0;
+      for (let i = 0; i < 4000; i++) ones += s.pick(logits, sample(1, topK, 0), r);
+      expect(ones / 4000).toBeGreaterThan(0.72);
+      expect(ones / 4000).toBeLessThan(0.78);
+    }
+  });
+
+  test("sampling is deterministic for a seed, differs across seeds, and ignores the other slots", () => {
+    const head = typedHead(14, 5);
+    const source = sourceFor(head);
+    const run = (seed: number, slots: number, peers: boolean): string => {
+      const loop = new DecodeLoop(head.weights, { slots, hiddenSource: source });
+      for (let i = 0; i < 3; i++) loop.submit({ id: `s${i}`, firstToken: 100 + i, maxNewTokens: 12, sampling: sample(1.5, 50, seed) });
+      if (peers) for (let i = 0; i < 3; i++) loop.submit({ id: `peer${i}`, firstToken: 7 * i, maxNewTokens: 5 + i, arrivalStep: i, sampling: sample(1, 0, 99) });
+      return JSON.stringify(loop.run().results.filter((r) => r.id.startsWith("s")).map((r) => r.tokens));
+    };
+    const a = run(1, 3, false);
+    expect(run(1, 3, false)).toBe(a);
+    expect(run(1, 6, true)).toBe(a); // same tokens next to other requests, in other slots
+    expect(run(1, 1, false)).toBe(a); // and one at a time
+    expect(run(2, 3, false)).not.toBe(a);
+    expect(run(3, 3, false)).not.toBe(run(2, 3, false));
+    head.weights[Symbol.dispose]();
+  });
+
+  test("parseSampling", () => {
+    expect(parseSampling("greedy")).toEqual({ kind: "greedy" });
+    expect(parseSampling("temp:0.8,topk:20,seed:7")).toEqual({ kind: "sample", temperature: 0.8, topK: 20, seed: 7 });
+    expect(parseSampling("seed:3")).toEqual({ kind: "sample", temperature: 1, topK: 40, seed: 3 });
+    expect(parseSampling("temp:0")).toEqual({ kind: "greedy" });
+    for (const bad of ["", "temp:-1", "topk:1.5", "seed:-2", "seed:4294967296", "temp:abc", "top:3", "temp:1,temp:2", "temp"]) {
+      expect(() => parseSampling(bad)).toThrow("bad sampling");
+    }
+  });
+});
+
+describe("default hidden source", () => {
+  const values = new Float32Array(vocab * hidden).map((_, i) => Math.sin(i) * 0.05);
+  const source = new EmbeddingHiddenSource(denseEmbedding(values, vocab, hidden));
+
+  test("embedding row x sqrt(hidden) plus a bounded per-request, per-position perturbation (16x the row's RMS)", () => {
+    const out = new Float32Array(hidden * 2);
+    const ctx = { id: "r", key: requestKey("r") };
+    source.fill(out, hidden, ctx, 42, 0);
+    let rowSq = 0;
+    for (let k = 0; k < hidden; k++) rowSq += (values[42 * hidden + k]! * Math.sqrt(hidden)) ** 2;
+    const rowRms = Math.sqrt(rowSq / hidden);
+    let noiseSq = 0;
+    let noiseSum = 0;
+    for (let k = 0; k < hidden; k++) {
+      const noise = out[hidden + k]! - values[42 * hidden + k]! * Math.sqrt(hidden);
+      expect(Math.abs(noise)).toBeLessThanOrEqual(16 * Math.sqrt(3) * rowRms * (1 + 1e-5));
+      noiseSq += noise * noise;
+      noiseSum += noise;
+    }
+    expect(Math.sqrt(noiseSq / hidden) / rowRms).toBeGreaterThan(14);
+    expect(Math.sqrt(noiseSq / hidden) / rowRms).toBeLessThan(18);
+    expect(Math.abs(noiseSum / hidden)).toBeLessThan(2 * rowRms); // zero-mean, up to sampling error
+    expect(Array.from(out.subarray(0, hidden)).every((v) => v === 0)).toBe(true); // only its own window
+
+    const again = new Float32Array(hidden);
+    source.fill(again, 0, ctx, 42, 0);
+    expect(again).toEqual(out.subarray(hidden));
+    const other = new Float32Array(hidden);
+    source.fill(other, 0, ctx, 42, 1);
+    expect(other).not.toEqual(again);
+    source.fill(other, 0, { id: "s", key: requestKey("s") }, 42, 0);
+    expect(other).not.toEqual(again);
+  });
+
+  test("out-of-vocabulary tokens are refused", () => {
+    expect(() => source.fill(new Float32Array(hidden), 0, { id: "r", key: 1 }, vocab, 0)).toThrow("outside the vocabulary");
+  });
+
+  test("staggered workloads are deterministic and ordered by arrival", () => {
+    const opts = { count: 20, vocab, slots: 4, minNew: 2, maxNew: 9, seed: 8, sampling: parseSampling("greedy") };
+    const a = staggeredRequests(opts);
+    expect(staggeredRequests(opts)).toEqual(a);
+    expect(a.slice(0, 4).every((r) => r.arrivalStep === 0)).toBe(true);
+    expect(a.every((r, i) => i === 0 || r.arrivalStep! >= a[i - 1]!.arrivalStep!)).toBe(true);
+    expect(a.at(-1)!.arrivalStep).toBeGreaterThan(0);
+    expect(a.every((r) => r.maxNewTokens >= 2 && r.maxNewTokens <= 9 && r.firstToken < vocab)).toBe(true);
+  });
+});
+
+describe("progress bar", () => {
+  const fake = (isTTY: boolean) => {
+    const writes: string[] = [];
+    return { writes, stream: { isTTY, columns: 80, write: (s: string) => writes.push(s) > 0 } as unknown as NodeJS.WriteStream };
+  };
+
+  test("draws and clears one line on a TTY", () => {
+    const { writes, stream } = fake(true);
+    const bar = new ProgressBar("lmhead decode", 4, { stream });
+    bar.update(4, "steps");
+    bar.finish();
+    expect(writes[0]).toStartWith("\r\x1b[2Klmhead decode [");
+    expect(writes[0]).toContain("] 4/4 steps");
+    expect(writes.at(-1)).toBe("\r\x1b[2K");
+  });
+
+  test("prints nothing when not a TTY, or when disabled", () => {
+    for (const [isTTY, enabled] of [[false, true], [true, false]] as const) {
+      const { writes, stream } = fake(isTTY);
+      const bar = new ProgressBar("x", 2, { stream, enabled });
+      bar.update(1);
+      bar.update(2);
+      bar.finish();
+      expect(writes).toEqual([]);
+    }
+  });
+});
