@@ -22,8 +22,11 @@ const Wide = @Vector(elementwise_width, f32);
 /// Batch rows that share each load of a decoded weight vector: their accumulators
 /// (2 registers each with 512-bit vectors) stay in registers.
 const rows_per_group = if (elementwise_width >= 16) 8 else 2;
-/// Vocab rows a worker decodes at a time; their decoded weights stay in L2.
-const vocab_rows_per_task = 8;
+/// Vocab rows decoded at a time; their decoded weights stay in L2.
+const vocab_rows_per_tile = 8;
+/// Vocab rows a worker claims at a time: consecutive tiles, so the next tile's bytes
+/// can be prefetched while the current one is swept.
+const vocab_rows_per_task = 8 * vocab_rows_per_tile;
 /// Chunks of k per block: a block of the task's weights and of a row group's inputs
 /// (8 + 8 rows of 2 KiB) stay in L1 while the group sweeps the task's rows.
 const chunks_per_block = 2;
@@ -67,7 +70,7 @@ pub const Backend = struct {
                 const row_values = lanes.chunkCount(m.k) * lanes.chunk_values;
                 try grow(&backend.input_scratch, @as(usize, m.rows) * row_values);
                 // A tile of decoded weight rows, then the tile's accumulators.
-                const worker_values = vocab_rows_per_task * (row_values + @as(usize, m.rows) * lanes.lane_count);
+                const worker_values = vocab_rows_per_tile * (row_values + @as(usize, m.rows) * lanes.lane_count);
                 for (backend.worker_scratch[0..backend.pool.worker_count]) |*s| try grow(s, worker_values);
             },
             .rms_norm => |r| for (backend.worker_scratch[0..backend.pool.worker_count]) |*s|
@@ -165,31 +168,44 @@ pub const Backend = struct {
             fn run(context: *anyopaque, worker: u32) void {
                 const job: *@This() = @ptrCast(@alignCast(context));
                 const scratch = job.backend.worker_scratch[worker];
-                const decoded = scratch[0 .. vocab_rows_per_task * job.row_values];
-                const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. vocab_rows_per_task * job.rows];
-                const chunks = job.row_values / lanes.chunk_values;
+                const decoded = scratch[0 .. vocab_rows_per_tile * job.row_values];
+                const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. vocab_rows_per_tile * job.rows];
                 while (true) {
-                    const first = job.next.fetchAdd(vocab_rows_per_task, .monotonic);
-                    if (first >= job.vocab) return;
-                    const tile_rows = @min(vocab_rows_per_task, job.vocab - first);
-                    for (0..tile_rows) |t| {
-                        const row = job.weight[(first + t) * job.row_bytes ..][0..job.row_bytes];
-                        for (0..chunks) |c| {
-                            formats.decodeChunkLanes(t_type, row, c, job.k, decoded[t * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
-                        }
+                    const task_first = job.next.fetchAdd(vocab_rows_per_task, .monotonic);
+                    if (task_first >= job.vocab) return;
+                    const task_end = @min(task_first + vocab_rows_per_task, job.vocab);
+                    var first = task_first;
+                    while (first < task_end) : (first += vocab_rows_per_tile) {
+                        job.tile(t_type, decoded, accs, first, @min(vocab_rows_per_tile, task_end - first), task_end);
                     }
-                    @memset(accs[0 .. tile_rows * job.rows], @splat(0));
-                    var block: usize = 0;
-                    while (block < chunks) : (block += chunks_per_block) {
-                        const begin = block * lanes.chunk_values;
-                        const end = @min(chunks, block + chunks_per_block) * lanes.chunk_values;
-                        var r: usize = 0;
-                        while (r + rows_per_group <= job.rows) : (r += rows_per_group) job.sweep(rows_per_group, decoded, accs, tile_rows, r, begin, end);
-                        while (r < job.rows) : (r += 1) job.sweep(1, decoded, accs, tile_rows, r, begin, end);
+                }
+            }
+
+            fn tile(job: *const @This(), comptime t: formats.Type, decoded: []f32, accs: []Lanes, first: usize, tile_rows: usize, task_end: usize) void {
+                const chunks = job.row_values / lanes.chunk_values;
+                for (0..tile_rows) |r| {
+                    const row = job.weight[(first + r) * job.row_bytes ..][0..job.row_bytes];
+                    // Memory streams while the tile is swept: fetch the same row of the next tile.
+                    if (first + vocab_rows_per_tile + r < task_end) {
+                        const ahead = row.ptr + vocab_rows_per_tile * job.row_bytes;
+                        var line: usize = 0;
+                        while (line < job.row_bytes) : (line += 64) @prefetch(ahead + line, .{ .locality = 2 });
                     }
-                    for (0..tile_rows) |t| {
-                        for (0..job.rows) |r| job.output[r * job.vocab + first + t] = lanes.reduce(accs[t * job.rows + r]);
+                    for (0..chunks) |c| {
+                        formats.decodeChunkLanes(t, row, c, job.k, decoded[r * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
                     }
+                }
+                @memset(accs[0 .. tile_rows * job.rows], @splat(0));
+                var block: usize = 0;
+                while (block < chunks) : (block += chunks_per_block) {
+                    const begin = block * lanes.chunk_values;
+                    const end = @min(chunks, block + chunks_per_block) * lanes.chunk_values;
+                    var r: usize = 0;
+                    while (r + rows_per_group <= job.rows) : (r += rows_per_group) job.sweep(rows_per_group, decoded, accs, tile_rows, r, begin, end);
+                    while (r < job.rows) : (r += 1) job.sweep(1, decoded, accs, tile_rows, r, begin, end);
+                }
+                for (0..tile_rows) |t_row| {
+                    for (0..job.rows) |r| job.output[r * job.vocab + first + t_row] = lanes.reduce(accs[t_row * job.rows + r]);
                 }
             }
 
