@@ -10,7 +10,6 @@ import { join, resolve } from "node:path";
 import { Bench } from "tinybench";
 import { flagHelp, intFlag, intListFlag, parseFlags, stringFlag, UsageError, type FlagSpec } from "../src/decode/args.ts";
 import { measureReadBandwidth, type BandwidthResult } from "../src/decode/bandwidth.ts";
-import { deviceThreads } from "../src/decode/job.ts";
 import { ProgressBar } from "../src/decode/progress.ts";
 import { fixed } from "../src/decode/stats.ts";
 import { formatInfo, knownTypeIds, typeIdOf } from "../src/formats.ts";
@@ -62,7 +61,6 @@ export interface BenchResult {
   iterations: number;
   warmup: number;
   bandwidth: BandwidthResult | null;
-  bandwidthRef: { gbs: number; which: string; why: string } | null;
   types: { type: string; typeId: number; headBytes: number; floorMs: number | null }[];
   rows: BenchRow[];
 }
@@ -147,16 +145,9 @@ function benchRows(count: number, hidden: number, seed: number): Float32Array {
 
 export async function runBench(o: BenchOptions, log: (line: string) => void = () => {}): Promise<BenchResult> {
   using device = MlxDevice.open(o.backend);
-  const threads = deviceThreads(device.info);
-  let bandwidth: BandwidthResult | null = null;
-  let bandwidthRef: BenchResult["bandwidthRef"] = null;
-  if (o.probeBytes > 0) {
-    bandwidth = await measureReadBandwidth({ bytes: o.probeBytes, threads });
-    bandwidthRef = bandwidth.multiThread !== null && threads > 1
-      ? { gbs: bandwidth.multiThread, which: `${threads} threads`, why: `the CPU backend reads the head with its ${threads} worker threads` }
-      : { gbs: bandwidth.oneThread, which: "1 thread", why: threads > 1 ? "the multi-thread probe could not run" : "the device runs 1 thread" };
-    log(`read bandwidth: ${fixed(bandwidthRef.gbs, 2)} GB/s with ${bandwidthRef.which} (1 thread ${fixed(bandwidth.oneThread, 2)}); ${bandwidth.method}`);
-  }
+  const bandwidth = o.probeBytes > 0 ? measureReadBandwidth(device, { bytes: o.probeBytes }) : null;
+  if (bandwidth) log(`read bandwidth: ${fixed(bandwidth.gbs, 2)} GB/s with ${bandwidth.threads} threads (1 thread ${fixed(bandwidth.oneThreadGbs, 2)}); ${bandwidth.method}`);
+
 
   const maxRows = Math.max(...o.rows);
   const hiddenRows = benchRows(maxRows, o.hidden, o.seed);
@@ -216,7 +207,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
         if (r.state !== "completed") throw new Error(`bench ${f.name} ${name}: ${r.state === "errored" ? r.error.message : r.state}`);
         return r.latency;
       };
-      const floorMs = bandwidthRef ? bytes / 1e6 / bandwidthRef.gbs : null;
+      const floorMs = bandwidth ? bytes / 1e6 / bandwidth.gbs : null;
       types.push({ type: f.name, typeId, headBytes: bytes, floorMs });
       const ms1 = o.rows.includes(1) ? median("batched N=1").p50 : null;
       for (const n of o.rows) {
@@ -232,7 +223,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
           msMin: lat.min,
           samples: lat.samplesCount,
           gbs,
-          percentOfBandwidth: bandwidthRef ? (100 * gbs) / bandwidthRef.gbs : null,
+          percentOfBandwidth: bandwidth ? (100 * gbs) / bandwidth.gbs : null,
           timeVsN1: ms1 !== null ? lat.p50 / ms1 : null,
           scalarMs: scalar,
           scalarOverBatched: scalar / lat.p50,
@@ -253,7 +244,6 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
     iterations: o.iterations,
     warmup: o.warmup,
     bandwidth,
-    bandwidthRef,
     types,
     rows,
   };
@@ -281,7 +271,7 @@ export function benchSvg(r: BenchResult): string {
     floorMs: t.floorMs,
     points: r.rows.filter((row) => row.typeId === t.typeId).map((row) => ({ n: row.n, ms: row.ms })),
   }));
-  const bw = r.bandwidthRef ? `floor = head bytes / ${r.bandwidthRef.gbs.toFixed(1)} GB/s read bandwidth (${r.bandwidthRef.which})` : "no bandwidth probe";
+  const bw = r.bandwidth ? `floor = head bytes / ${r.bandwidth.gbs.toFixed(1)} GB/s read bandwidth (${r.bandwidth.threads} threads)` : "no bandwidth probe";
   return plotSvg(`lmhead: batched head, vocab ${r.vocab} x hidden ${r.hidden}`, `${r.device}; median of ${r.iterations}; ${bw}`, series);
 }
 
@@ -297,8 +287,8 @@ export async function benchMain(argv: string[]): Promise<number> {
   writeFileSync(`${base}.json`, JSON.stringify(result, null, 2) + "\n");
   writeFileSync(`${base}.svg`, benchSvg(result));
   console.log(`lmhead bench: vocab ${result.vocab} x hidden ${result.hidden}, ${result.device}, median of ${result.iterations} iterations`);
-  if (result.bandwidthRef) {
-    console.log(`read bandwidth ${fixed(result.bandwidthRef.gbs, 2)} GB/s with ${result.bandwidthRef.which} (${result.bandwidthRef.why}); 1 thread ${fixed(result.bandwidth!.oneThread, 2)} GB/s`);
+  if (result.bandwidth) {
+    console.log(`read bandwidth ${fixed(result.bandwidth.gbs, 2)} GB/s with the device's ${result.bandwidth.threads} threads; 1 thread ${fixed(result.bandwidth.oneThreadGbs, 2)} GB/s`);
   }
   console.log("scalar/batched = time of N one-row calls / time of one N-row call (> 1: batching wins)\n");
   console.log(formatBenchTable(result));

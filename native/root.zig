@@ -69,15 +69,16 @@ export fn lmh_device_close(device: u64) i32 {
     return call(if (device_mod.devices.remove(device)) |d| d.release() else |e| e);
 }
 
-/// Writes the device kind and a one-line description (up to capacity bytes); *len_out = its length.
-export fn lmh_device_info(device: u64, kind_out: ?*u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
+/// Writes info_out = [device kind, threads] and a one-line description (up to capacity
+/// bytes); *len_out = the description's length.
+export fn lmh_device_info(device: u64, info_out: ?*[2]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
     return call(blk: {
         const d = device_mod.devices.get(device) catch |e| break :blk e;
-        const k = out(u32, kind_out) catch |e| break :blk e;
+        const k = out([2]u32, info_out) catch |e| break :blk e;
         const len = out(u64, len_out) catch |e| break :blk e;
         var text_buffer: [256]u8 = undefined;
         const text = d.describe(&text_buffer);
-        k.* = @intFromEnum(d.kind);
+        k.* = .{ @intFromEnum(d.kind), d.threads() };
         len.* = text.len;
         if (dst) |p| @memcpy(p[0..@intCast(@min(text.len, capacity))], text[0..@intCast(@min(text.len, capacity))]);
     });
@@ -289,6 +290,26 @@ export fn lmh_counters(counts_out: ?*[2]u64) i32 {
     return call(blk: {
         const c = out([2]u64, counts_out) catch |e| break :blk e;
         c.* = .{ session_mod.barrier_count.load(.monotonic), session_mod.dispatch_count.load(.monotonic) };
+    });
+}
+
+/// Measures the device's read bandwidth, the floor of a head call (weight bytes / bandwidth):
+/// bytes_per_second_out = [with all of the device's threads, with one thread], each the best
+/// of `passes` reads of `bytes` (16 MiB to 16 GiB; use well over the last-level cache).
+export fn lmh_device_read_bandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_out: ?*[2]f64) i32 {
+    return call(blk: {
+        const d = device_mod.devices.get(device) catch |e| break :blk e;
+        const o = out([2]f64, bytes_per_second_out) catch |e| break :blk e;
+        if (bytes < 1 << 24 or bytes > 1 << 34) break :blk fail(error.OutOfBounds, "bandwidth probe of {d} bytes outside [2^24, 2^34]", .{bytes});
+        if (passes == 0 or passes > 100) break :blk fail(error.OutOfBounds, "bandwidth probe passes {d} outside [1, 100]", .{passes});
+        switch (d.backend) {
+            .cpu => |b| {
+                const all = b.readBandwidth(@intCast(bytes), passes, b.pool.worker_count) catch |e| break :blk e;
+                const one = b.readBandwidth(@intCast(bytes), passes, 1) catch |e| break :blk e;
+                o.* = .{ all, one };
+            },
+            .metal, .cuda => unreachable,
+        }
     });
 }
 

@@ -16,14 +16,17 @@ export class MlxDevice implements Disposable {
   #closed = false;
 
   private constructor(readonly handle: bigint) {
-    const kind = new Uint32Array(1);
-    this.info = nativeString((dst, capacity, len) => lib.lmh_device_info(handle, kind, dst, capacity, len), "device info");
-    this.kind = backendKinds[kind[0]!]!;
+    const info = new Uint32Array(2);
+    this.info = nativeString((dst, capacity, len) => lib.lmh_device_info(handle, info, dst, capacity, len), "device info");
+    this.kind = backendKinds[info[0]!]!;
+    this.threads = info[1]!;
     this.registry = new KernelRegistry(this);
   }
 
   /** One line: the backend, its threads and vector width. */
   readonly info: string;
+  /** Host threads the backend runs its work on. */
+  readonly threads: number;
 
   static open(kind: BackendKind = "cpu"): MlxDevice {
     const index = backendKinds.indexOf(kind);
@@ -45,6 +48,17 @@ export class MlxDevice implements Disposable {
       this,
       memory,
     );
+  }
+
+  /**
+   * This machine's read bandwidth in bytes per second, the floor of a head call
+   * (weight bytes / bandwidth): the best of `passes` reads of `bytes`, with all of the
+   * device's threads (the figure a head is compared against) and with one.
+   */
+  readBandwidth(bytes = 512 * 2 ** 20, passes = 5): { allThreads: number; oneThread: number } {
+    const out = new Float64Array(2);
+    check(lib.lmh_device_read_bandwidth(this.handle, bytes, passes, out), "read bandwidth");
+    return { allThreads: out[0]!, oneThread: out[1]! };
   }
 
   close(): void {

@@ -16,6 +16,14 @@ const Error = status.Error;
 const fail = status.fail;
 const Lanes = lanes.Lanes;
 
+extern "c" fn clock_gettime(clock: std.c.clockid_t, time: *std.c.timespec) c_int;
+
+fn nanoseconds() u64 {
+    var time: std.c.timespec = undefined;
+    _ = clock_gettime(.MONOTONIC, &time);
+    return @as(u64, @intCast(time.sec)) * std.time.ns_per_s + @as(u64, @intCast(time.nsec));
+}
+
 /// Width of elementwise vectors; elementwise results do not depend on it.
 const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
@@ -61,6 +69,47 @@ pub const Backend = struct {
 
     pub fn describe(backend: *Backend, out: []u8) []const u8 {
         return std.fmt.bufPrint(out, "cpu: {d} threads, {d}-bit vectors", .{ backend.pool.worker_count, elementwise_width * 32 }) catch out;
+    }
+
+    /// The machine's own reference for the head's floor: the best of `passes` reads of
+    /// `bytes` of memory, with `workers` of the device's threads (each reads its share
+    /// with wide loads, as the matvec does). Returns bytes per second.
+    pub fn readBandwidth(backend: *Backend, bytes: usize, passes: u32, workers: u32) Error!f64 {
+        std.debug.assert(workers >= 1 and workers <= backend.pool.worker_count and passes >= 1);
+        _ = std.c.pthread_mutex_lock(&backend.execute_lock);
+        defer _ = std.c.pthread_mutex_unlock(&backend.execute_lock);
+        const Wide64 = @Vector(8, u64);
+        const memory = std.heap.c_allocator.alignedAlloc(Wide64, .fromByteUnits(64), bytes / @sizeOf(Wide64)) catch
+            return fail(error.OutOfMemory, "out of memory for a {d}-byte bandwidth probe", .{bytes});
+        defer std.heap.c_allocator.free(memory);
+        for (memory, 0..) |*v, i| v.* = @splat(i); // real pages, not the shared zero page
+        const Job = struct {
+            memory: []const Wide64,
+            workers: u32,
+            sums: [pool_mod.max_workers]u64 = @splat(0),
+
+            fn run(context: *anyopaque, worker: u32) void {
+                const job: *@This() = @ptrCast(@alignCast(context));
+                if (worker >= job.workers) return;
+                const share = job.memory.len / job.workers;
+                var acc: [4]Wide64 = @splat(@splat(0));
+                var i = worker * share;
+                while (i + 4 <= (worker + 1) * share) : (i += 4) {
+                    inline for (0..4) |u| acc[u] +%= job.memory[i + u];
+                }
+                job.sums[worker] = @reduce(.Add, acc[0] +% acc[1] +% acc[2] +% acc[3]);
+            }
+        };
+        var best_ns: u64 = std.math.maxInt(u64);
+        for (0..passes + 1) |pass| {
+            var job: Job = .{ .memory = memory, .workers = workers };
+            const start = nanoseconds();
+            backend.pool.run(.{ .context = &job, .run = Job.run });
+            const elapsed = nanoseconds() - start;
+            std.mem.doNotOptimizeAway(job.sums);
+            if (pass > 0) best_ns = @min(best_ns, elapsed); // pass 0 warms the TLB and the threads
+        }
+        return @as(f64, @floatFromInt(memory.len * @sizeOf(Wide64))) / (@as(f64, @floatFromInt(@max(best_ns, 1))) * 1e-9);
     }
 
     /// Scratch only grows, so after the first call of a shape execution allocates nothing.

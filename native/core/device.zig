@@ -50,6 +50,14 @@ pub const Device = struct {
         std.heap.c_allocator.destroy(device);
     }
 
+    /// Host threads the backend runs its work on.
+    pub fn threads(device: *Device) u32 {
+        return switch (device.backend) {
+            .cpu => |b| b.pool.worker_count,
+            .metal, .cuda => unreachable,
+        };
+    }
+
     /// A one-line description: backend, threads, SIMD width.
     pub fn describe(device: *Device, out: []u8) []const u8 {
         return switch (device.backend) {

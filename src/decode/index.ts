@@ -5,6 +5,6 @@ export { Sampler, RequestRng, argmax, greedy, mix32, parseSampling, requestKey, 
 export { compareBatched, describeEquivalence, serialReference, slotAwareEquivalence, type EquivalenceOptions, type EquivalenceReport, type Mismatch, type SerialReference } from "./equivalence.ts";
 export { staggeredRequests, type WorkloadOptions } from "./workload.ts";
 export { measureReadBandwidth, type BandwidthOptions, type BandwidthResult } from "./bandwidth.ts";
-export { deviceThreads, formatDecodeSummary, runDecodeJob, type DecodeJobOptions, type DecodeJobSummary } from "./job.ts";
+export { formatDecodeSummary, runDecodeJob, type DecodeJobOptions, type DecodeJobSummary } from "./job.ts";
 export { ProgressBar } from "./progress.ts";
 export { fixed, percentile, sum } from "./stats.ts";

@@ -52,16 +52,8 @@ export interface DecodeJobSummary {
   /** Head bytes × calls / Σ head call time. */
   weightsGBs: number;
   bandwidth: BandwidthResult | null;
-  /** The bandwidth figure compared against, and why. */
-  bandwidthRef: { gbs: number; which: string; why: string } | null;
   percentOfBandwidth: number | null;
   verify: EquivalenceReport[] | null;
-}
-
-/** Threads of the device, from its info line ("cpu: 2 threads, ..."), else 1. */
-export function deviceThreads(info: string): number {
-  const m = /(\d+) threads?/.exec(info);
-  return m ? Number(m[1]) : 1;
 }
 
 export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummary> {
@@ -110,15 +102,7 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
   const headBytes = weights.head.bytes;
   const weightsGBs = (headBytes * st.calls) / sum(st.headNsPerCall);
 
-  let bandwidth: BandwidthResult | null = null;
-  let bandwidthRef: DecodeJobSummary["bandwidthRef"] = null;
-  if (o.probeBytes > 0) {
-    const threads = deviceThreads(o.device.info);
-    bandwidth = await measureReadBandwidth({ bytes: o.probeBytes, threads });
-    bandwidthRef = bandwidth.multiThread !== null && threads > 1
-      ? { gbs: bandwidth.multiThread, which: `${threads} threads`, why: `the CPU backend reads the head with its ${threads} worker threads` }
-      : { gbs: bandwidth.oneThread, which: "1 thread", why: threads > 1 ? "the multi-thread probe could not run" : "the device runs 1 thread" };
-  }
+  const bandwidth = o.probeBytes > 0 ? measureReadBandwidth(o.device, { bytes: o.probeBytes }) : null;
 
   let verify: EquivalenceReport[] | null = null;
   if (o.verify) {
@@ -174,8 +158,7 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
     },
     weightsGBs,
     bandwidth,
-    bandwidthRef,
-    percentOfBandwidth: bandwidthRef ? (100 * weightsGBs) / bandwidthRef.gbs : null,
+    percentOfBandwidth: bandwidth ? (100 * weightsGBs) / bandwidth.gbs : null,
     verify,
   };
 }
@@ -199,11 +182,10 @@ export function formatDecodeSummary(s: DecodeJobSummary): string {
       `finalize ${fixed(ph.finalize, 2)} ms (${pct(ph.finalize)})   gather ${fixed(ph.gather, 2)} ms (${pct(ph.gather)})   other ${fixed(ph.other, 2)} ms (${pct(ph.other)})`,
     `weights GB/s       ${fixed(s.weightsGBs, 2)}   (${mb(m.headBytes)} per head call / mean head time)`,
   ];
-  if (s.bandwidth && s.bandwidthRef) {
+  if (s.bandwidth) {
     const b = s.bandwidth;
     lines.push(
-      `read bandwidth     ${fixed(s.bandwidthRef.gbs, 2)} GB/s with ${s.bandwidthRef.which} (1 thread: ${fixed(b.oneThread, 2)}${b.multiThread !== null ? `, ${b.threads} threads: ${fixed(b.multiThread, 2)}` : ""}); ${b.method}`,
-      `                   compared against the ${s.bandwidthRef.which} figure: ${s.bandwidthRef.why}`,
+      `read bandwidth     ${fixed(b.gbs, 2)} GB/s with ${b.threads} threads, the head's own (1 thread: ${fixed(b.oneThreadGbs, 2)}); ${b.method}`,
       `% of read bw       ${fixed(s.percentOfBandwidth, 1)}%`,
     );
   } else {
