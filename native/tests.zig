@@ -1,4 +1,6 @@
 //! Root of `zig build test`: every native file with tests is listed here.
 test {
     _ = @import("root.zig");
+    _ = @import("numerics/formats.zig");
+    _ = @import("numerics/math.zig");
 }
