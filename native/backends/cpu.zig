@@ -27,11 +27,16 @@ fn nanoseconds() u64 {
 /// Width of elementwise vectors; elementwise results do not depend on it.
 const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
-/// A tile: vocab rows decoded together into L1 (2 rows of hidden 2816 are 22 KiB).
-const vocab_rows_per_tile = 2;
-/// Batch rows swept together: a tile × group of accumulators (2 registers each with
-/// 512-bit vectors) and their operands fit the register file.
+/// Batch rows swept together: 2 tile rows × a group of accumulators (2 registers each
+/// with 512-bit vectors) and their operands fit the register file.
 const rows_per_group = if (elementwise_width >= 16) 4 else 2;
+/// Tiles: vocab rows decoded together. For a batch of one group, 2 rows of hidden 2816
+/// (22 KiB) stay in L1; larger batches reuse each input block across 8 rows.
+const small_batch_tile_rows = 2;
+const large_batch_tile_rows = 8;
+/// A larger batch sweeps k in blocks whose inputs (a group × 2 KiB) and weights
+/// (8 rows × 2 KiB) stay in L1.
+const large_batch_block_values = 2 * lanes.chunk_values;
 /// Vocab rows a worker claims at a time: long enough to be a sequential stream.
 const vocab_rows_per_task = 64;
 /// How far ahead of the decoder each chunk's bytes are requested. The hardware
@@ -118,7 +123,8 @@ pub const Backend = struct {
             .matvec => |m| {
                 const row_values = lanes.chunkCount(m.k) * lanes.chunk_values;
                 try grow(&backend.input_scratch, @as(usize, m.rows) * row_values);
-                const worker_values = vocab_rows_per_tile * row_values;
+                // A tile of decoded rows, then the tile's accumulators.
+                const worker_values = large_batch_tile_rows * (row_values + @as(usize, m.rows) * lanes.lane_count);
                 for (backend.worker_scratch[0..backend.pool.worker_count]) |*s| try grow(s, worker_values);
             },
             .rms_norm => |r| for (backend.worker_scratch[0..backend.pool.worker_count]) |*s|
@@ -210,29 +216,36 @@ pub const Backend = struct {
             next: std.atomic.Value(u32) = .init(0),
 
             /// Each worker reads its vocab rows as one sequential stream (the access
-            /// pattern memory prefetchers follow best). Each pair of rows is decoded once
-            /// into L1 (so the weights are read once per call, whatever the batch size)
-            /// and then swept by groups of batch rows, with every accumulator in a
-            /// register. Each accumulator sees its values in the canonical order; the
-            /// tiling only decides when, never in which order, a lane adds.
+            /// pattern memory prefetchers follow best). A tile of rows is decoded once
+            /// (so the weights are read once per call, whatever the batch size), then
+            /// swept by pairs of tile rows × groups of batch rows whose accumulators sit
+            /// in registers. A small batch uses a 2-row tile that stays in L1 and sweeps
+            /// all of k at once; a larger one an 8-row tile swept in L1-sized blocks of k,
+            /// so each block of inputs is reused by 8 vocab rows. Each accumulator sees
+            /// its values in the canonical order: the tiling only decides when, never in
+            /// which order, a lane adds.
             fn run(context: *anyopaque, worker: u32) void {
                 const job: *@This() = @ptrCast(@alignCast(context));
-                const decoded = job.backend.worker_scratch[worker][0 .. vocab_rows_per_tile * job.row_values];
+                const tile_capacity = job.tileRows();
+                const scratch = job.backend.worker_scratch[worker];
+                const decoded = scratch[0 .. tile_capacity * job.row_values];
+                const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. tile_capacity * job.rows];
                 while (true) {
                     const task_first = job.next.fetchAdd(vocab_rows_per_task, .monotonic);
                     if (task_first >= job.vocab) return;
                     const task_end = @min(task_first + vocab_rows_per_task, job.vocab);
-                    var first = task_first;
-                    while (first < task_end) : (first += vocab_rows_per_tile) {
-                        switch (@min(vocab_rows_per_tile, task_end - first)) {
-                            inline 1...vocab_rows_per_tile => |tile_rows| job.tile(tile_rows, decoded, first),
-                            else => unreachable,
-                        }
+                    var first: usize = task_first;
+                    while (first < task_end) : (first += tile_capacity) {
+                        job.tile(decoded, accs, first, @min(tile_capacity, task_end - first));
                     }
                 }
             }
 
-            fn tile(job: *const @This(), comptime tile_rows: usize, decoded: []f32, first: usize) void {
+            fn tileRows(job: *const @This()) usize {
+                return if (job.rows <= rows_per_group) small_batch_tile_rows else large_batch_tile_rows;
+            }
+
+            fn tile(job: *const @This(), decoded: []f32, accs: []Lanes, first: usize, tile_rows: usize) void {
                 for (0..tile_rows) |t| {
                     const row = job.weight[(first + t) * job.row_bytes ..][0..job.row_bytes];
                     for (0..job.row_values / lanes.chunk_values) |c| {
@@ -244,27 +257,45 @@ pub const Backend = struct {
                         formats.decodeChunkLanes(t_type, row, c, job.k, decoded[t * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
                     }
                 }
-                var r: usize = 0;
-                while (r + rows_per_group <= job.rows) : (r += rows_per_group) job.dot(tile_rows, rows_per_group, decoded, first, r);
-                while (r < job.rows) : (r += 1) job.dot(tile_rows, 1, decoded, first, r);
+                @memset(accs[0 .. tile_rows * job.rows], @splat(0));
+                const block = if (job.rows <= rows_per_group) job.row_values else large_batch_block_values;
+                var begin: usize = 0;
+                while (begin < job.row_values) : (begin += block) {
+                    const end = @min(begin + block, job.row_values);
+                    var r: usize = 0;
+                    while (r + rows_per_group <= job.rows) : (r += rows_per_group) job.pairs(rows_per_group, decoded, accs, tile_rows, r, begin, end);
+                    while (r < job.rows) : (r += 1) job.pairs(1, decoded, accs, tile_rows, r, begin, end);
+                }
+                for (0..tile_rows) |t| {
+                    for (0..job.rows) |r| job.output[r * job.vocab + first + t] = lanes.reduce(accs[t * job.rows + r]);
+                }
             }
 
-            /// The tile's vocab rows against `group` batch rows from `first_row`, over all of k.
-            inline fn dot(job: *const @This(), comptime tile_rows: usize, comptime group: usize, decoded: []const f32, first: usize, first_row: usize) void {
-                var acc: [tile_rows][group]Lanes = @splat(@splat(@splat(0)));
-                var p: usize = 0;
-                while (p < job.row_values) : (p += lanes.lane_count) {
+            inline fn pairs(job: *const @This(), comptime group: usize, decoded: []const f32, accs: []Lanes, tile_rows: usize, first_row: usize, begin: usize, end: usize) void {
+                var t: usize = 0;
+                while (t + 2 <= tile_rows) : (t += 2) job.sweep(2, group, decoded, accs, t, first_row, begin, end);
+                if (t < tile_rows) job.sweep(1, group, decoded, accs, t, first_row, begin, end);
+            }
+
+            /// Tile rows [first_t, +pair) against batch rows [first_row, +group), values [begin, end).
+            inline fn sweep(job: *const @This(), comptime pair: usize, comptime group: usize, decoded: []const f32, accs: []Lanes, first_t: usize, first_row: usize, begin: usize, end: usize) void {
+                var acc: [pair][group]Lanes = undefined;
+                inline for (0..pair) |t| inline for (0..group) |g| {
+                    acc[t][g] = accs[(first_t + t) * job.rows + first_row + g];
+                };
+                var p = begin;
+                while (p < end) : (p += lanes.lane_count) {
                     inline for (0..group) |g| {
                         const y: Lanes = job.inputs[(first_row + g) * job.row_values + p ..][0..lanes.lane_count].*;
-                        inline for (0..tile_rows) |t| {
-                            const w: Lanes = decoded[t * job.row_values + p ..][0..lanes.lane_count].*;
+                        inline for (0..pair) |t| {
+                            const w: Lanes = decoded[(first_t + t) * job.row_values + p ..][0..lanes.lane_count].*;
                             acc[t][g] = @mulAdd(Lanes, w, y, acc[t][g]);
                         }
                     }
                 }
-                inline for (0..tile_rows) |t| {
-                    inline for (0..group) |g| job.output[(first_row + g) * job.vocab + first + t] = lanes.reduce(acc[t][g]);
-                }
+                inline for (0..pair) |t| inline for (0..group) |g| {
+                    accs[(first_t + t) * job.rows + first_row + g] = acc[t][g];
+                };
             }
         };
         var job: Job = .{
