@@ -8,7 +8,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { Bench } from "tinybench";
-import { flagHelp, intFlag, intListFlag, parseFlags, stringFlag, UsageError, type FlagSpec } from "../src/decode/args.ts";
+import { commonFlags, flagHelp, intFlag, intListFlag, parseFlags, stringFlag, UsageError, type FlagSpec } from "../src/decode/args.ts";
 import { measureReadBandwidth, type BandwidthResult } from "../src/decode/bandwidth.ts";
 import { ProgressBar } from "../src/decode/progress.ts";
 import { fixed } from "../src/decode/stats.ts";
@@ -73,11 +73,7 @@ export const benchFlags: FlagSpec[] = [
   { name: "iterations", value: "I", help: "measured iterations per task (default 3; the median is reported)" },
   { name: "warmup", value: "W", help: "warm-up iterations per task (default 1)" },
   { name: "out", value: "DIR", help: "directory for head-bench-<vocab>x<hidden>.json and .svg (default bench/results/)" },
-  { name: "seed", value: "N", help: "weights and rows seed (default 1)" },
-  { name: "backend", value: "NAME", help: "cpu (default), metal or cuda" },
-  { name: "probe-mib", value: "MIB", help: "read-bandwidth probe buffer in MiB (default 512; 0 skips the probe)" },
-  { name: "no-progress", help: "no progress bar (drawn on stderr only when stderr is a TTY)" },
-  { name: "help", help: "this help" },
+  ...commonFlags,
 ];
 
 export const benchUsage = `usage: lmhead bench [flags]

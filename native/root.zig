@@ -156,25 +156,30 @@ export fn lmh_buffer_host_ptr(buffer: u64, address_out: ?*usize) i32 {
 /// Copies `bytes` from src into the buffer at offset_bytes.
 export fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) i32 {
     return call(blk: {
-        const b = device_mod.buffers.get(buffer) catch |e| break :blk e;
-        b.checkRange(offset_bytes, bytes) catch |e| break :blk e;
-        b.checkIdle() catch |e| break :blk e;
+        const range = hostRange(buffer, offset_bytes, bytes) catch |e| break :blk e;
         if (bytes == 0) break :blk {};
         const s = src orelse break :blk fail(error.InvalidArgument, "null source pointer", .{});
-        @memcpy(b.host()[@intCast(offset_bytes)..][0..@intCast(bytes)], s[0..@intCast(bytes)]);
+        @memcpy(range, s[0..range.len]);
     });
 }
 
 /// Copies `bytes` from the buffer at offset_bytes into dst.
 export fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) i32 {
     return call(blk: {
-        const b = device_mod.buffers.get(buffer) catch |e| break :blk e;
-        b.checkRange(offset_bytes, bytes) catch |e| break :blk e;
-        b.checkIdle() catch |e| break :blk e;
+        const range = hostRange(buffer, offset_bytes, bytes) catch |e| break :blk e;
         if (bytes == 0) break :blk {};
         const d = dst orelse break :blk fail(error.InvalidArgument, "null destination pointer", .{});
-        @memcpy(d[0..@intCast(bytes)], b.host()[@intCast(offset_bytes)..][0..@intCast(bytes)]);
+        @memcpy(d[0..range.len], range);
     });
+}
+
+/// The host bytes [offset, offset + bytes) of an idle buffer, after every check.
+fn hostRange(buffer: u64, offset_bytes: u64, bytes: u64) Error![]u8 {
+    const b = try device_mod.buffers.get(buffer);
+    try b.checkRange(offset_bytes, bytes);
+    try b.checkIdle();
+    if (b.device.kind != .cpu) return fail(error.Unsupported, "{s} buffers are not host-visible", .{@tagName(b.device.kind)});
+    return b.host()[@intCast(offset_bytes)..][0..@intCast(bytes)];
 }
 
 /// Opens a graph session on the device: an empty command list and conflict tracker.

@@ -14,7 +14,7 @@ elif [ -x "$tools/zig/ziglang/zig" ] && [ "$("$tools/zig/ziglang/zig" version)" 
 else
   echo "lmhead: installing zig $ZIG_VERSION (PyPI ziglang)" >&2
   rm -rf "$tools/zig"
-  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
     --target "$tools/zig" "ziglang==$ZIG_VERSION" >&2
   export PATH="$tools/zig/ziglang:$PATH"
 fi

@@ -8,7 +8,7 @@
 import { existsSync, statSync } from "node:fs";
 import { ArtifactError } from "./artifact/head.ts";
 import { GgufError } from "./artifact/gguf.ts";
-import { flagHelp, intFlag, parseFlags, rangeFlag, stringFlag, UsageError, type FlagSpec } from "./decode/args.ts";
+import { commonFlags, flagHelp, intFlag, parseFlags, rangeFlag, stringFlag, UsageError, type FlagSpec } from "./decode/args.ts";
 import { formatDecodeSummary, runDecodeJob } from "./decode/job.ts";
 import { parseSampling, type Sampling } from "./decode/sampling.ts";
 import { LmheadError } from "./errors.ts";
@@ -29,16 +29,12 @@ const decodeFlags: FlagSpec[] = [
   { name: "model", value: "FILE", help: "GGUF artifact (default: the built-in synthetic Gemma 4 head, tied Q6_K,\nhidden 2816, vocab 262144, ~606 MB, generated into the cache on first use)" },
   { name: "slots", value: "N", help: "decode slots, i.e. the most rows per head call (default 4, 1..256)" },
   { name: "steps", value: "S", help: "head calls (decode steps) to run (default 32, 1..100000)" },
-  { name: "backend", value: "NAME", help: "cpu (default), metal or cuda" },
   { name: "sampling", value: "SPEC", help: "greedy (default) or temp:T,topk:K,seed:S (each part optional: temp 1,\ntopk 40 (0 = whole vocab), seed 0; temp:0 is greedy)" },
   { name: "tokens", value: "A-B", help: "new tokens per request, drawn from [A, B] (default 4-16)" },
-  { name: "seed", value: "N", help: "workload seed: first tokens, lengths, arrival gaps (default 1)" },
   { name: "verify", help: "also run the slot-aware equivalence on the artifact (max(slots,2)+2 short\nrequests, batched vs each alone, every token and logit bit); exit 1 on a mismatch" },
-  { name: "probe-mib", value: "MIB", help: "read-bandwidth probe buffer in MiB (default 512; 0 skips the probe)" },
   { name: "allow-missing-softcap", help: "accept a gemma4 artifact without final_logit_softcapping (softcap off)" },
   { name: "json", help: "print the summary as JSON instead of text" },
-  { name: "no-progress", help: "no progress bar (it is drawn on stderr only when stderr is a TTY)" },
-  { name: "help", help: "this help" },
+  ...commonFlags,
 ];
 
 const decodeUsage = `usage: lmhead decode [flags]

@@ -92,3 +92,12 @@ export function rangeFlag(flags: Flags, name: string, fallback: [number, number]
   if (!(a >= 1 && b >= a && b <= max)) throw new UsageError(`${command}: --${name} must be N or A-B with 1 <= A <= B <= ${max}, got '${v}'`);
   return [a, b];
 }
+
+/** Flags every command has. */
+export const commonFlags: FlagSpec[] = [
+  { name: "seed", value: "N", help: "seed of the weights or workload and the rows (default 1)" },
+  { name: "backend", value: "NAME", help: "cpu (default), metal or cuda" },
+  { name: "probe-mib", value: "MIB", help: "read-bandwidth probe buffer in MiB (default 512; 0 skips the probe)" },
+  { name: "no-progress", help: "no progress bar (drawn on stderr only when stderr is a TTY)" },
+  { name: "help", help: "this help" },
+];
