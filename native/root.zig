@@ -15,6 +15,7 @@ const device_mod = @import("core/device.zig");
 const session_mod = @import("core/session.zig");
 const admission = @import("core/admission.zig");
 const formats = @import("numerics/formats.zig");
+const cpu = @import("backends/cpu.zig");
 const Error = status.Error;
 const fail = status.fail;
 const Device = device_mod.Device;
@@ -299,14 +300,14 @@ export fn lmh_counters(counts_out: ?*[2]u64) i32 {
 }
 
 /// Measures the device's read bandwidth, the floor of a head call (weight bytes / bandwidth):
-/// bytes_per_second_out = [with all of the device's threads, with one thread], each the best
-/// of `passes` reads of `bytes` (16 MiB to 16 GiB; use well over the last-level cache).
+/// bytes_per_second_out = [with all of the device's threads, with one thread], each the
+/// median of `passes` reads of `bytes` (16 MiB to 16 GiB; use well over the last-level cache).
 export fn lmh_device_read_bandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_out: ?*[2]f64) i32 {
     return call(blk: {
         const d = device_mod.devices.get(device) catch |e| break :blk e;
         const o = out([2]f64, bytes_per_second_out) catch |e| break :blk e;
         if (bytes < 1 << 24 or bytes > 1 << 34) break :blk fail(error.OutOfBounds, "bandwidth probe of {d} bytes outside [2^24, 2^34]", .{bytes});
-        if (passes == 0 or passes > 100) break :blk fail(error.OutOfBounds, "bandwidth probe passes {d} outside [1, 100]", .{passes});
+        if (passes == 0 or passes > cpu.max_probe_passes) break :blk fail(error.OutOfBounds, "bandwidth probe passes {d} outside [1, {d}]", .{ passes, cpu.max_probe_passes });
         switch (d.backend) {
             .cpu => |b| {
                 const all = b.readBandwidth(@intCast(bytes), passes, b.pool.worker_count) catch |e| break :blk e;

@@ -52,7 +52,7 @@ export class MlxDevice implements Disposable {
 
   /**
    * This machine's read bandwidth in bytes per second, the floor of a head call
-   * (weight bytes / bandwidth): the best of `passes` reads of `bytes`, with all of the
+   * (weight bytes / bandwidth): the median of `passes` reads of `bytes`, with all of the
    * device's threads (the figure a head is compared against) and with one.
    */
   readBandwidth(bytes = 512 * 2 ** 20, passes = 5): { allThreads: number; oneThread: number } {

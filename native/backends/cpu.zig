@@ -24,6 +24,8 @@ fn nanoseconds() u64 {
     return @as(u64, @intCast(time.sec)) * std.time.ns_per_s + @as(u64, @intCast(time.nsec));
 }
 
+pub const max_probe_passes = 100;
+
 /// Width of elementwise vectors; elementwise results do not depend on it.
 const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
@@ -76,11 +78,12 @@ pub const Backend = struct {
         return std.fmt.bufPrint(out, "cpu: {d} threads, {d}-bit vectors", .{ backend.pool.worker_count, elementwise_width * 32 }) catch out;
     }
 
-    /// The machine's own reference for the head's floor: the best of `passes` reads of
-    /// `bytes` of memory, with `workers` of the device's threads (each reads its share
-    /// with wide loads, as the matvec does). Returns bytes per second.
+    /// The machine's own reference for the head's floor: the median of `passes` reads of
+    /// `bytes` of memory (a median, since on a shared machine a single pass can be far
+    /// off), with `workers` of the device's threads, each reading its share with wide
+    /// loads as the matvec does. Returns bytes per second.
     pub fn readBandwidth(backend: *Backend, bytes: usize, passes: u32, workers: u32) Error!f64 {
-        std.debug.assert(workers >= 1 and workers <= backend.pool.worker_count and passes >= 1);
+        std.debug.assert(workers >= 1 and workers <= backend.pool.worker_count and passes >= 1 and passes <= max_probe_passes);
         _ = std.c.pthread_mutex_lock(&backend.execute_lock);
         defer _ = std.c.pthread_mutex_unlock(&backend.execute_lock);
         const Wide64 = @Vector(8, u64);
@@ -105,16 +108,18 @@ pub const Backend = struct {
                 job.sums[worker] = @reduce(.Add, acc[0] +% acc[1] +% acc[2] +% acc[3]);
             }
         };
-        var best_ns: u64 = std.math.maxInt(u64);
+        var pass_ns: [max_probe_passes]u64 = undefined;
         for (0..passes + 1) |pass| {
             var job: Job = .{ .memory = memory, .workers = workers };
             const start = nanoseconds();
             backend.pool.run(.{ .context = &job, .run = Job.run });
             const elapsed = nanoseconds() - start;
             std.mem.doNotOptimizeAway(job.sums);
-            if (pass > 0) best_ns = @min(best_ns, elapsed); // pass 0 warms the TLB and the threads
+            if (pass > 0) pass_ns[pass - 1] = elapsed; // pass 0 warms the TLB and the threads
         }
-        return @as(f64, @floatFromInt(memory.len * @sizeOf(Wide64))) / (@as(f64, @floatFromInt(@max(best_ns, 1))) * 1e-9);
+        std.mem.sort(u64, pass_ns[0..passes], {}, std.sort.asc(u64));
+        const median_ns = @max(pass_ns[passes / 2], 1);
+        return @as(f64, @floatFromInt(memory.len * @sizeOf(Wide64))) / (@as(f64, @floatFromInt(median_ns)) * 1e-9);
     }
 
     /// Scratch only grows, so after the first call of a shape execution allocates nothing.

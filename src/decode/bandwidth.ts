@@ -20,7 +20,7 @@ export interface BandwidthResult {
 export interface BandwidthOptions {
   /** Buffer size (default 512 MiB: 16× a 32 MiB L3). */
   bytes?: number;
-  /** Passes per measurement (default 5); the best counts. */
+  /** Passes per measurement (default 5); the median counts. */
   passes?: number;
 }
 
@@ -34,6 +34,6 @@ export function measureReadBandwidth(device: MlxDevice, opts: BandwidthOptions =
     gbs: allThreads / 1e9,
     oneThreadGbs: oneThread / 1e9,
     threads: device.threads,
-    method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with 512-bit loads on the device's ${device.threads} threads, best of ${passes}`,
+    method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with wide vector loads on the device's ${device.threads} threads, median of ${passes}`,
   };
 }
