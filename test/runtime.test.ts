@@ -1,0 +1,99 @@
+/** The runtime under the head: registry, trace, host phases, and the C ABI under random misuse. */
+import { afterAll, expect, test } from "bun:test";
+import { lib } from "../src/native.ts";
+import { GraphSession, LmheadError, MlxDevice, hostPhases } from "../src/index.ts";
+import { f32Head, randomF32, rng } from "./support.ts";
+
+const device = MlxDevice.open("cpu");
+afterAll(() => device.close());
+
+test("the kernel registry resolves each kernel on first use", () => {
+  using fresh = MlxDevice.open("cpu");
+  expect(fresh.registry.kernels()).toEqual([]);
+  const head = f32Head(fresh, 256, 10, 1);
+  head.weights.lmHeadBatched(randomF32(256, rng(1)), 1);
+  expect(fresh.registry.kernels().sort()).toEqual(["matvec_F32_f32", "rms_norm_f32", "softcap_f32"]);
+});
+
+test("the encode trace prints every dispatch and barrier to stderr", async () => {
+  const script = `
+    import { MlxDevice, setEncodeTrace } from "./src/index.ts";
+    import { f32Head } from "./test/support.ts";
+    const device = MlxDevice.open("cpu");
+    const head = f32Head(device, 256, 10, 1);
+    setEncodeTrace(true);
+    head.weights.lmHeadBatched(new Float32Array(512).fill(1), 2);
+    setEncodeTrace(false);
+    head.weights.lmHeadBatched(new Float32Array(256).fill(1), 1);`;
+  const child = Bun.spawn([process.execPath, "-e", script], { cwd: `${import.meta.dir}/..`, stderr: "pipe", stdout: "pipe" });
+  const stderr = await new Response(child.stderr).text();
+  expect(await child.exited).toBe(0);
+  expect(stderr.trim().split("\n")).toEqual([
+    "[lmhead encode] rms_norm rows=2 dim=256 eps=1e-6",
+    "[lmhead encode] barrier",
+    "[lmhead encode] matvec_F32 rows=2 k=256 vocab=10",
+    "[lmhead encode] barrier",
+    "[lmhead encode] softcap count=20 cap=3e1",
+  ]);
+});
+
+test("host phase timers are off by default and accumulate head wait and readback when on", () => {
+  const head = f32Head(device, 256, 10, 2);
+  hostPhases.reset();
+  head.weights.lmHeadBatched(randomF32(256, rng(2)), 1);
+  expect(hostPhases.snapshot().headWait.calls).toBe(0);
+  hostPhases.enabled = true;
+  try {
+    head.weights.lmHeadBatched(randomF32(512, rng(3)), 2);
+    const phases = hostPhases.snapshot();
+    expect(phases.headWait.calls).toBe(1);
+    expect(phases.headReadback.calls).toBe(1);
+    expect(phases.headWait.totalNs).toBeGreaterThan(0);
+  } finally {
+    hostPhases.enabled = false;
+    hostPhases.reset();
+  }
+});
+
+test("the C ABI under random misuse returns errors and never faults", () => {
+  const random = rng(42);
+  const pick = <T,>(xs: T[]): T => xs[Math.floor(random() * xs.length)]!;
+  using real = device.allocBuffer(4096);
+  const freed = device.allocBuffer(64);
+  freed.free();
+  const closed = MlxDevice.open("cpu");
+  closed.close();
+  const handles = [real.handle, freed.handle, device.handle, closed.handle, 0n, 1n, 2n ** 63n, real.handle ^ (1n << 32n), real.handle + 1n];
+  const sizes = [0, 1, 3, 4, 4095, 4096, 4097, 2 ** 31, 2 ** 32 + 4, 2 ** 53 - 1];
+  const memory = new Uint8Array(8192);
+  let errors = 0;
+  for (let i = 0; i < 4000; i++) {
+    const h = pick(handles);
+    const a = pick(sizes);
+    const b = pick(sizes);
+    // Host pointers are always valid for the sizes the wrapper would pass; the native side must
+    // refuse any range outside the buffer before copying.
+    const status = pick([
+      () => lib.lmh_buffer_write(h, a, memory, Math.min(b, memory.length)),
+      () => lib.lmh_buffer_read(h, a, memory, Math.min(b, memory.length)),
+      () => lib.lmh_buffer_view(h, a, b, new BigUint64Array(1)),
+      () => lib.lmh_buffer_free(pick([freed.handle, closed.handle, 0n, 2n ** 63n])),
+      () => lib.lmh_buffer_size(h, new BigUint64Array(1)),
+      () => lib.lmh_buffer_host_ptr(h, null),
+      () => lib.lmh_session_begin(h, new BigUint64Array(1)),
+      () => lib.lmh_session_rms_norm(h, h, h, h, a % 2 ** 32, b % 2 ** 32, random() * 10 - 5),
+      () => lib.lmh_session_matvec(h, h, h, Math.floor(random() * 40), h, a % 2 ** 32, b % 2 ** 32, a % 2 ** 32),
+      () => lib.lmh_session_softcap(h, h, a, random() * 60 - 30),
+      () => lib.lmh_session_finish(h),
+      () => lib.lmh_device_close(pick([closed.handle, real.handle, 0n])),
+      () => lib.lmh_dequantize(Math.floor(random() * 40), memory, Math.min(a, memory.length), new Float32Array(64), b % 65),
+      () => lib.lmh_head_admit(Math.floor(random() * 40), a, b, a, 1),
+    ])();
+    if (status !== 0) errors++;
+  }
+  expect(errors).toBeGreaterThan(3000);
+  // The library still works, and the real buffer kept its contents.
+  real.write(new Float32Array([1, 2, 3]));
+  expect(Array.from(real.readF32(0, 3))).toEqual([1, 2, 3]);
+  expect(() => GraphSession.begin(closed)).toThrow(LmheadError);
+});
