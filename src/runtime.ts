@@ -8,6 +8,13 @@ import { LmheadError } from "./errors.ts";
 import { check, handleOut, lib, nativeString } from "./native.ts";
 
 export type BackendKind = "cpu" | "metal" | "cuda";
+
+/**
+ * Handles that become unreachable without being freed are released when collected, so
+ * a forgotten `using` leaks nothing. The native side refcounts: a buffer a session or a
+ * view still uses lives on until they end.
+ */
+const release = new FinalizationRegistry<() => void>((free) => free());
 const backendKinds: readonly BackendKind[] = ["cpu", "metal", "cuda"];
 
 export class MlxDevice implements Disposable {
@@ -21,6 +28,7 @@ export class MlxDevice implements Disposable {
     this.kind = backendKinds[info[0]!]!;
     this.threads = info[1]!;
     this.registry = new KernelRegistry(this);
+    release.register(this, () => lib.lmh_device_close(handle), this);
   }
 
   /** One line: the backend, its threads and vector width. */
@@ -65,6 +73,7 @@ export class MlxDevice implements Disposable {
     if (this.#closed) throw new LmheadError("bad_handle", "device already closed");
     check(lib.lmh_device_close(this.handle), "close device");
     this.#closed = true;
+    release.unregister(this);
   }
 
   [Symbol.dispose](): void {
@@ -92,7 +101,9 @@ export class MlxBuffer implements Disposable {
     readonly bytes: number,
     readonly device: MlxDevice,
     private readonly owner?: Uint8Array | MlxBuffer,
-  ) {}
+  ) {
+    release.register(this, () => lib.lmh_buffer_free(handle), this);
+  }
 
   /** A zero-copy window [offsetBytes, offsetBytes + bytes) of this buffer. */
   view(offsetBytes: number, bytes: number): MlxBuffer {
@@ -135,6 +146,7 @@ export class MlxBuffer implements Disposable {
   free(): void {
     check(lib.lmh_buffer_free(this.handle), "free buffer");
     this.#freed = true;
+    release.unregister(this);
   }
 
   [Symbol.dispose](): void {
@@ -155,7 +167,9 @@ export class GraphSession implements Disposable {
   private constructor(
     readonly handle: bigint,
     readonly device: MlxDevice,
-  ) {}
+  ) {
+    release.register(this, () => lib.lmh_session_abort(handle), this);
+  }
 
   static begin(device: MlxDevice): GraphSession {
     return new GraphSession(handleOut((out) => lib.lmh_session_begin(device.handle, out), "session begin"), device);
@@ -215,6 +229,7 @@ export class GraphSession implements Disposable {
   /** The native session is closed by either call, whatever its status. */
   #end(status: number, what: string): void {
     this.#open = false;
+    release.unregister(this);
     this.#used.clear();
     check(status, what);
   }

@@ -97,3 +97,15 @@ test("the C ABI under random misuse returns errors and never faults", () => {
   expect(Array.from(real.readF32(0, 3))).toEqual([1, 2, 3]);
   expect(() => GraphSession.begin(closed)).toThrow(LmheadError);
 });
+
+test("buffers dropped without free are released when collected", async () => {
+  // More than the native table's 65536 live buffer handles: without release on collection,
+  // an allocation would fail with "too many live buffer handles".
+  for (let round = 0; round < 8; round++) {
+    for (let i = 0; i < 10_000; i++) device.allocBuffer(4);
+    Bun.gc(true);
+    await Bun.sleep(1); // finalizers run after the collection, from the event loop
+  }
+  using last = device.allocBuffer(4);
+  expect(last.bytes).toBe(4);
+});
