@@ -308,7 +308,7 @@ pub fn decodeRow(t: Type, src: []const u8, dst: []f32) error{BadLength}!void {
     }
 }
 
-pub const ScaleRange = enum {
+const ScaleRange = enum {
     /// Any finite f16 (subnormals included), either sign, about 1 in 32 exactly ±0.
     wide,
     /// Positive normal f16 in [2^-10, 2^-4) (d) and [2^-12, 2^-6) (dmin/m), as real quantized weights.
@@ -318,7 +318,7 @@ pub const ScaleRange = enum {
 /// Fills `row` (whole blocks of type t) with random but valid blocks for tests and artifact generators:
 /// random bytes, then every f16 scale field (`d` and `dmin`/`m`, at the table's offsets) overwritten
 /// with a finite value drawn from `range`. Dense types get random bit patterns (NaN/Inf included).
-pub fn randomizeRow(t: Type, random: std.Random, row: []u8, range: ScaleRange) void {
+fn randomizeRow(t: Type, random: std.Random, row: []u8, range: ScaleRange) void {
     const f = format(@backingInt(t)).?;
     std.debug.assert(row.len % f.block_bytes == 0);
     random.bytes(row);
@@ -745,7 +745,7 @@ pub fn decodeChunkLanes(comptime t: Type, row: []const u8, chunk: usize, k: usiz
 }
 
 /// Simple reference for decodeChunkLanes (natural decode, then transpose); used by the tests.
-pub fn decodeChunkLanesRef(comptime t: Type, row: []const u8, chunk: usize, k: usize, out: *[256]f32) void {
+fn decodeChunkLanesRef(comptime t: Type, row: []const u8, chunk: usize, k: usize, out: *[256]f32) void {
     const f = comptime of(t);
     var nat: [256]f32 = @splat(0);
     const start = 256 * chunk;
