@@ -122,6 +122,10 @@ export class MlxBuffer implements Disposable {
   read(offsetBytes = 0, bytes = this.bytes - offsetBytes): Uint8Array {
     checkOffset(offsetBytes);
     checkOffset(bytes);
+    // Checked here too, so that a bad size never becomes a huge host allocation.
+    if (offsetBytes + bytes > this.bytes) {
+      throw new LmheadError("out_of_bounds", `read buffer: range [${offsetBytes}, ${offsetBytes + bytes}) past the buffer's ${this.bytes} bytes`);
+    }
     const out = new Uint8Array(bytes);
     check(lib.lmh_buffer_read(this.handle, offsetBytes, bytes === 0 ? null : out, bytes), "read buffer");
     return out;

@@ -171,6 +171,8 @@ describe("bad input is a typed error and the process lives", () => {
     expect(code(() => c.write(new Float32Array(1), 13))).toBe("out_of_bounds");
     expect(code(() => c.read(8, 9))).toBe("out_of_bounds");
     expect(code(() => c.read(2 ** 52, 8))).toBe("out_of_bounds");
+    expect(code(() => c.read(0, 2 ** 45))).toBe("out_of_bounds");
+    expect(code(() => c.readF32(0, 2 ** 45))).toBe("out_of_bounds");
     expect(code(() => c.view(8, 16))).toBe("out_of_bounds");
     // Still alive, still correct.
     c.write(new Float32Array([1, 2, 3, 4]));
