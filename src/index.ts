@@ -7,3 +7,14 @@ export { loadModel, type Model, type EmbeddingTable } from "./model.ts";
 export { readGguf, GgufError } from "./artifact/gguf.ts";
 export { resolveHead, ArtifactError } from "./artifact/head.ts";
 export { defaultArtifactPath } from "./artifact/default.ts";
+export {
+  DecodeLoop,
+  EmbeddingHiddenSource,
+  parseSampling,
+  slotAwareEquivalence,
+  type DecodeLoopOptions,
+  type DecodeRequest,
+  type DecodeReport,
+  type HiddenSource,
+  type Sampling,
+} from "./decode/index.ts";
