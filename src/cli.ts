@@ -24,7 +24,7 @@ commands:
   bench     time the head per type and rows per call; writes JSON and an SVG plot
 
 lmhead <command> --help documents the command's flags.
-In a checkout, ./lmhead test runs every test (zig build test, the macOS cross-build, bun test).`;
+In a checkout, ./lmhead test runs every test (zig build test, the macOS cross-build, the type check, bun test).`;
 
 const decodeFlags: FlagSpec[] = [
   { name: "model", value: "FILE", help: "GGUF artifact (default: the built-in synthetic Gemma 4 head, tied Q6_K,\nhidden 2816, vocab 262144, ~606 MB, generated into the cache on first use)" },
