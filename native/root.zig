@@ -6,6 +6,9 @@
 //! - Objects are u64 handles (kind, generation, slot): a closed, freed or forged handle
 //!   is an error, never a dereference. Every size, offset and product is checked for
 //!   range and overflow before any memory is touched.
+//! - Any thread may call any function; devices, buffers and the handle tables are
+//!   thread-safe, and sessions finishing on one device run one after the other. A
+//!   session itself is encoded by one thread at a time.
 //! - Encoding records work; `lmh_session_finish` runs it and is the only host sync point.
 //!   Buffers used by an unfinished session refuse host reads and writes, and stay alive
 //!   until the session ends even if their handle is freed.
