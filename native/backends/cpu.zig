@@ -268,8 +268,15 @@ pub const Backend = struct {
                 while (begin < job.row_values) : (begin += block) {
                     const end = @min(begin + block, job.row_values);
                     var r: usize = 0;
-                    while (r + rows_per_group <= job.rows) : (r += rows_per_group) job.pairs(rows_per_group, decoded, accs, tile_rows, r, begin, end);
-                    while (r < job.rows) : (r += 1) job.pairs(1, decoded, accs, tile_rows, r, begin, end);
+                    while (r < job.rows) {
+                        // Full groups, then one group of the rows left, so that every weight load serves them all.
+                        const group = @min(rows_per_group, job.rows - r);
+                        switch (group) {
+                            inline 1...rows_per_group => |g| job.pairs(g, decoded, accs, tile_rows, r, begin, end),
+                            else => unreachable,
+                        }
+                        r += group;
+                    }
                 }
                 for (0..tile_rows) |t| {
                     for (0..job.rows) |r| job.output[r * job.vocab + first + t] = lanes.reduce(accs[t * job.rows + r]);
