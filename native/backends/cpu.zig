@@ -32,13 +32,16 @@ const Wide = @Vector(elementwise_width, f32);
 /// Batch rows swept together: 2 tile rows × a group of accumulators (2 registers each
 /// with 512-bit vectors) and their operands fit the register file.
 const rows_per_group = if (elementwise_width >= 16) 4 else 2;
-/// Tiles: vocab rows decoded together. For a batch of one group, 2 rows of hidden 2816
-/// (22 KiB) stay in L1; larger batches reuse each input block across 8 rows.
-const small_batch_tile_rows = 2;
-const large_batch_tile_rows = 8;
-/// A larger batch sweeps k in blocks whose inputs (a group × 2 KiB) and weights
-/// (8 rows × 2 KiB) stay in L1.
-const large_batch_block_values = 2 * lanes.chunk_values;
+/// Batches this small use each chunk straight from the decoder's registers. Dense
+/// types hold more registers while decoding (their transposes), so they stop one row
+/// earlier: measured, a 4-row F16 batch spilled and ran at 1/2 speed.
+fn fusedRowsMax(comptime t: formats.Type) usize {
+    return if (formats.of(t).block_values == 1) rows_per_group - 1 else rows_per_group;
+}
+/// Larger batches decode a tile of vocab rows and sweep k in blocks whose inputs
+/// (a group × 2 KiB) and weights (8 rows × 2 KiB) stay in L1.
+const tile_rows_max = 8;
+const tile_block_values = 2 * lanes.chunk_values;
 /// Vocab rows a worker claims at a time: long enough to be a sequential stream.
 const vocab_rows_per_task = 64;
 /// How far ahead of the decoder each chunk's bytes are requested. The hardware
@@ -129,7 +132,7 @@ pub const Backend = struct {
                 const row_values = lanes.chunkCount(m.k) * lanes.chunk_values;
                 try grow(&backend.input_scratch, @as(usize, m.rows) * row_values);
                 // A tile of decoded rows, then the tile's accumulators.
-                const worker_values = large_batch_tile_rows * (row_values + @as(usize, m.rows) * lanes.lane_count);
+                const worker_values = tile_rows_max * (row_values + @as(usize, m.rows) * lanes.lane_count);
                 for (backend.worker_scratch[0..backend.pool.worker_count]) |*s| try grow(s, worker_values);
             },
             .rms_norm => |r| for (backend.worker_scratch[0..backend.pool.worker_count]) |*s|
@@ -221,52 +224,75 @@ pub const Backend = struct {
             next: std.atomic.Value(u32) = .init(0),
 
             /// Each worker reads its vocab rows as one sequential stream (the access
-            /// pattern memory prefetchers follow best). A tile of rows is decoded once
-            /// (so the weights are read once per call, whatever the batch size), then
-            /// swept by pairs of tile rows × groups of batch rows whose accumulators sit
-            /// in registers. A small batch uses a 2-row tile that stays in L1 and sweeps
-            /// all of k at once; a larger one an 8-row tile swept in L1-sized blocks of k,
-            /// so each block of inputs is reused by 8 vocab rows. Each accumulator sees
-            /// its values in the canonical order: the tiling only decides when, never in
-            /// which order, a lane adds.
+            /// pattern memory prefetchers follow best) and decodes every chunk once, so
+            /// the weights are read once per call whatever the batch size. A small
+            /// batch takes each chunk from the decoder straight into its accumulators;
+            /// a larger one decodes a tile of 8 vocab rows and sweeps it in L1-sized
+            /// blocks of k, by pairs of tile rows × groups of batch rows whose
+            /// accumulators sit in registers. Each accumulator sees its values in the
+            /// canonical order: the tiling only decides when, never in which order, a
+            /// lane adds.
             fn run(context: *anyopaque, worker: u32) void {
                 const job: *@This() = @ptrCast(@alignCast(context));
-                const tile_capacity = job.tileRows();
                 const scratch = job.backend.worker_scratch[worker];
-                const decoded = scratch[0 .. tile_capacity * job.row_values];
-                const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. tile_capacity * job.rows];
+                const decoded = scratch[0 .. tile_rows_max * job.row_values];
+                const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. tile_rows_max * job.rows];
                 while (true) {
                     const task_first = job.next.fetchAdd(vocab_rows_per_task, .monotonic);
                     if (task_first >= job.vocab) return;
                     const task_end = @min(task_first + vocab_rows_per_task, job.vocab);
-                    var first: usize = task_first;
-                    while (first < task_end) : (first += tile_capacity) {
-                        job.tile(decoded, accs, first, @min(tile_capacity, task_end - first));
+                    switch (job.rows) {
+                        inline 1...fusedRowsMax(t_type) => |group| for (task_first..task_end) |j| job.fusedRow(group, j),
+                        else => {
+                            var first: usize = task_first;
+                            while (first < task_end) : (first += tile_rows_max) {
+                                job.tile(decoded, accs, first, @min(tile_rows_max, task_end - first));
+                            }
+                        },
                     }
                 }
             }
 
-            fn tileRows(job: *const @This()) usize {
-                return if (job.rows <= rows_per_group) small_batch_tile_rows else large_batch_tile_rows;
+            /// Requests a chunk's bytes `prefetch_bytes` ahead of the decoder. A hint: it
+            /// never faults, even past the end of the weights.
+            inline fn prefetchAhead(row: []const u8, chunk: usize) void {
+                const chunk_bytes = comptime formats.chunkBytes(t_type);
+                const ahead = row.ptr + chunk * chunk_bytes + prefetch_bytes;
+                var line: usize = 0;
+                while (line < chunk_bytes) : (line += 64) @prefetch(ahead + line, .{ .locality = 2 });
+            }
+
+            /// Vocab row j against all `group` batch rows, each chunk used as it is decoded.
+            fn fusedRow(job: *const @This(), comptime group: usize, j: usize) void {
+                const row = job.weight[j * job.row_bytes ..][0..job.row_bytes];
+                var acc: [group]Lanes = @splat(@splat(0));
+                for (0..job.row_values / lanes.chunk_values) |c| {
+                    prefetchAhead(row, c);
+                    var w: [lanes.chunk_values]f32 align(64) = undefined;
+                    formats.decodeChunkLanes(t_type, row, c, job.k, &w);
+                    inline for (0..lanes.values_per_lane) |i| {
+                        const wv: Lanes = w[i * lanes.lane_count ..][0..lanes.lane_count].*;
+                        inline for (0..group) |g| {
+                            const y: Lanes = job.inputs[g * job.row_values + c * lanes.chunk_values + i * lanes.lane_count ..][0..lanes.lane_count].*;
+                            acc[g] = @mulAdd(Lanes, wv, y, acc[g]);
+                        }
+                    }
+                }
+                inline for (0..group) |g| job.output[g * job.vocab + j] = lanes.reduce(acc[g]);
             }
 
             fn tile(job: *const @This(), decoded: []f32, accs: []Lanes, first: usize, tile_rows: usize) void {
                 for (0..tile_rows) |t| {
                     const row = job.weight[(first + t) * job.row_bytes ..][0..job.row_bytes];
                     for (0..job.row_values / lanes.chunk_values) |c| {
-                        // A hint: it never faults, even past the end of the weights.
-                        const chunk_bytes = comptime formats.chunkBytes(t_type);
-                        const ahead = row.ptr + c * chunk_bytes + prefetch_bytes;
-                        var line: usize = 0;
-                        while (line < chunk_bytes) : (line += 64) @prefetch(ahead + line, .{ .locality = 2 });
+                        prefetchAhead(row, c);
                         formats.decodeChunkLanes(t_type, row, c, job.k, decoded[t * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
                     }
                 }
                 @memset(accs[0 .. tile_rows * job.rows], @splat(0));
-                const block = if (job.rows <= rows_per_group) job.row_values else large_batch_block_values;
                 var begin: usize = 0;
-                while (begin < job.row_values) : (begin += block) {
-                    const end = @min(begin + block, job.row_values);
+                while (begin < job.row_values) : (begin += tile_block_values) {
+                    const end = @min(begin + tile_block_values, job.row_values);
                     var r: usize = 0;
                     while (r < job.rows) {
                         // Full groups, then one group of the rows left, so that every weight load serves them all.

@@ -549,7 +549,7 @@ inline fn blockF16x8(src: []const u8, comptime stride: usize, comptime off: usiz
 }
 
 /// Decodes one full chunk (chunkBytes(t) bytes, natural layout) into lane-major order.
-fn decodeFullChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out: *[256]f32) void {
+inline fn decodeFullChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out: *[256]f32) void {
     const B = @Vector(64, u8);
     const zero: V32f = @splat(0);
     switch (t) {
@@ -718,7 +718,9 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out:
 /// the row) into out in lane-major order: out[32*i + l] = element (256*chunk + 8*l + i), for lane l in
 /// 0..32, step i in 0..8. Elements at or past k are +0.0. Equals decodeBlock bit for bit.
 /// Requires row.len == rowBytes(t, k) and 256*chunk < k.
-pub fn decodeChunkLanes(comptime t: Type, row: []const u8, chunk: usize, k: usize, out: *[256]f32) void {
+pub inline fn decodeChunkLanes(comptime t: Type, row: []const u8, chunk: usize, k: usize, out: *[256]f32) void {
+    // Inlined into the kernel's loop; its shuffle masks are built at comptime there.
+    @setEvalBranchQuota(100_000);
     const f = comptime of(t);
     const cb = comptime chunkBytes(t);
     const start = 256 * chunk;
