@@ -52,7 +52,8 @@ const prefetch_bytes = 8192;
 
 pub const Backend = struct {
     pool: Pool,
-    /// Per-worker lane-major decoded weight row, and the shared lane-major inputs.
+    /// Per-worker scratch (a tile of lane-major decoded weight rows and its accumulators,
+    /// or a norm row), and the shared lane-major inputs.
     worker_scratch: [pool_mod.max_workers][]align(128) f32 = undefined,
     input_scratch: []align(128) f32 = &.{},
     /// Sessions finishing on one device from two threads run one after the other.
