@@ -1,0 +1,46 @@
+//! Kernel parameters: the one layout the session recorder writes and every kernel reads
+//! (as ggml's kargs are shared by host and shader). GPU kernel sources declare the same
+//! structs field for field; the asserts below pin their sizes and offsets, and the kernel
+//! sources assert the same numbers.
+const std = @import("std");
+
+/// y[r,:] = (x[r,:] · rsqrt(Σx²·inv_hidden + eps)) · w, for `rows` rows of `hidden` f32.
+pub const RmsNorm = extern struct {
+    rows: u32,
+    hidden: u32,
+    eps: f32,
+    /// fl(1/hidden), computed once on the host so every backend multiplies by the same value.
+    inv_hidden: f32,
+};
+
+/// out[r,j] = Σ_k y[r,k]·W[j,k], W stored as ggml type `type_id`, `row_bytes` bytes per vocab row.
+pub const Matvec = extern struct {
+    rows: u32,
+    hidden: u32,
+    vocab: u32,
+    type_id: u32,
+    row_bytes: u32,
+    /// ceil(hidden / 256): the canonical chunks of one row.
+    chunks: u32,
+};
+
+/// data[i] = tanh(data[i]·inv_cap)·cap for the first `values` f32.
+pub const Softcap = extern struct {
+    values: u64,
+    cap: f32,
+    /// fl(1/cap), computed once on the host, like inv_hidden.
+    inv_cap: f32,
+};
+
+/// counts[r] = the number of NaN or ±Inf values in row r of `rows` rows of `row_values` f32.
+pub const CountNonFinite = extern struct {
+    rows: u32,
+    row_values: u32,
+};
+
+comptime {
+    std.debug.assert(@sizeOf(RmsNorm) == 16);
+    std.debug.assert(@sizeOf(Matvec) == 24);
+    std.debug.assert(@sizeOf(Softcap) == 16 and @offsetOf(Softcap, "cap") == 8);
+    std.debug.assert(@sizeOf(CountNonFinite) == 8);
+}
