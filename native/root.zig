@@ -6,24 +6,31 @@
 //! - Objects are u64 handles (kind, generation, slot): a closed, freed or forged handle
 //!   is an error, never a dereference. Every size, offset and product is checked for
 //!   range and overflow before any memory is touched.
-//! - Any thread may call any function; devices, buffers and the handle tables are
-//!   thread-safe, and sessions finishing on one device run one after the other. A
-//!   session itself is encoded by one thread at a time.
+//! - Any thread may call any function. Every call holds a reference on the objects it
+//!   uses until it returns, so freeing a handle on another thread meanwhile only drops
+//!   the handle's reference. Calls on one session take turns; sessions run one after
+//!   the other on a backend.
 //! - Encoding records work; `lmh_session_finish` runs it and is the only host sync point.
 //!   Buffers used by an unfinished session refuse host reads and writes, and stay alive
 //!   until the session ends even if their handle is freed.
 const std = @import("std");
 const status = @import("core/status.zig");
 const device_mod = @import("core/device.zig");
+const buffer_mod = @import("core/buffer.zig");
 const session_mod = @import("core/session.zig");
 const admission = @import("core/admission.zig");
+const contract = @import("backends/backend.zig");
+const params = @import("kernels/params.zig");
 const formats = @import("numerics/formats.zig");
-const cpu = @import("backends/cpu.zig");
+const lanes = @import("numerics/lanes.zig");
 const Error = status.Error;
 const fail = status.fail;
 const Device = device_mod.Device;
-const Buffer = device_mod.Buffer;
+const Buffer = buffer_mod.Buffer;
 const Session = session_mod.Session;
+const devices = &device_mod.devices;
+const buffers = &buffer_mod.buffers;
+const sessions = &session_mod.sessions;
 
 pub const abi_version: u32 = 1;
 
@@ -64,7 +71,7 @@ fn deviceOpen(kind: u32, handle_out: ?*u64) Error!void {
     const h = try out(u64, handle_out);
     const k = std.enums.fromInt(device_mod.Kind, kind) orelse return fail(error.InvalidArgument, "unknown device kind {d}", .{kind});
     const device = try Device.open(k);
-    h.* = device_mod.devices.insert(device) catch |e| {
+    h.* = devices.insert(device) catch |e| {
         device.release();
         return e;
     };
@@ -76,24 +83,30 @@ export fn lmh_device_close(device: u64) i32 {
 }
 
 fn deviceClose(device: u64) Error!void {
-    (try device_mod.devices.remove(device)).release();
+    (try devices.remove(device)).release();
 }
 
-/// Writes info_out = [device kind, threads] and a one-line description (up to capacity
-/// bytes); *len_out = the description's length.
-export fn lmh_device_info(device: u64, info_out: ?*[2]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
+/// Writes info_out = [device kind, threads, buffers host-visible (0/1)] and a one-line
+/// description (up to capacity bytes); *len_out = the description's length.
+export fn lmh_device_info(device: u64, info_out: ?*[3]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
     return call(deviceInfo(device, info_out, dst, capacity, len_out));
 }
 
-fn deviceInfo(device: u64, info_out: ?*[2]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) Error!void {
-    const d = try device_mod.devices.get(device);
-    const k = try out([2]u32, info_out);
+fn deviceInfo(device: u64, info_out: ?*[3]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) Error!void {
+    const info = try out([3]u32, info_out);
     const len = try out(u64, len_out);
+    const d = try devices.acquire(device);
+    defer d.release();
     var text_buffer: [256]u8 = undefined;
     const text = d.describe(&text_buffer);
-    k.* = .{ @intFromEnum(d.kind), d.threads() };
+    info.* = .{ @intFromEnum(d.kind), d.threads(), @intFromBool(d.hostVisible()) };
     len.* = text.len;
-    if (dst) |p| @memcpy(p[0..@intCast(@min(text.len, capacity))], text[0..@intCast(@min(text.len, capacity))]);
+    copyText(text, dst, capacity);
+}
+
+fn copyText(text: []const u8, dst: ?[*]u8, capacity: u64) void {
+    const n: usize = @intCast(@min(text.len, capacity));
+    if (dst) |p| @memcpy(p[0..n], text[0..n]);
 }
 
 /// Writes the device registry's resolved kernel names, one per line; *len_out = bytes needed.
@@ -102,8 +115,9 @@ export fn lmh_registry_list(device: u64, dst: ?[*]u8, capacity: u64, len_out: ?*
 }
 
 fn registryList(device: u64, dst: ?[*]u8, capacity: u64, len_out: ?*u64) Error!void {
-    const d = try device_mod.devices.get(device);
     const len = try out(u64, len_out);
+    const d = try devices.acquire(device);
+    defer d.release();
     const cap: usize = if (dst == null) 0 else @intCast(@min(capacity, 1 << 20));
     len.* = d.registry.list(if (dst) |p| p[0..cap] else &.{});
 }
@@ -115,7 +129,8 @@ export fn lmh_buffer_alloc(device: u64, bytes: u64, handle_out: ?*u64) i32 {
 
 fn bufferAlloc(device: u64, bytes: u64, handle_out: ?*u64) Error!void {
     const h = try out(u64, handle_out);
-    const d = try device_mod.devices.get(device);
+    const d = try devices.acquire(device);
+    defer d.release();
     try insertBuffer(h, Buffer.alloc(d, bytes));
 }
 
@@ -127,7 +142,8 @@ export fn lmh_buffer_wrap(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u
 
 fn bufferWrap(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) Error!void {
     const h = try out(u64, handle_out);
-    const d = try device_mod.devices.get(device);
+    const d = try devices.acquire(device);
+    defer d.release();
     try insertBuffer(h, Buffer.wrap(d, host, bytes));
 }
 
@@ -138,25 +154,26 @@ export fn lmh_buffer_view(buffer: u64, offset_bytes: u64, bytes: u64, handle_out
 
 fn bufferView(buffer: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) Error!void {
     const h = try out(u64, handle_out);
-    const parent = try device_mod.buffers.get(buffer);
+    const parent = try buffers.acquire(buffer);
+    defer parent.release();
     try insertBuffer(h, Buffer.view(parent, offset_bytes, bytes));
 }
 
 fn insertBuffer(handle_out: *u64, created: Error!*Buffer) Error!void {
     const buffer = try created;
-    handle_out.* = device_mod.buffers.insert(buffer) catch |e| {
+    handle_out.* = buffers.insert(buffer) catch |e| {
         buffer.release();
         return e;
     };
 }
 
-/// Frees the handle. Memory is released once no session or view uses it any more.
+/// Frees the handle. Memory is released once no session, view or call uses it any more.
 export fn lmh_buffer_free(buffer: u64) i32 {
     return call(bufferFree(buffer));
 }
 
 fn bufferFree(buffer: u64) Error!void {
-    (try device_mod.buffers.remove(buffer)).release();
+    (try buffers.remove(buffer)).release();
 }
 
 export fn lmh_buffer_size(buffer: u64, bytes_out: ?*u64) i32 {
@@ -164,21 +181,24 @@ export fn lmh_buffer_size(buffer: u64, bytes_out: ?*u64) i32 {
 }
 
 fn bufferSize(buffer: u64, bytes_out: ?*u64) Error!void {
-    const b = try device_mod.buffers.get(buffer);
-    (try out(u64, bytes_out)).* = b.bytes;
+    const o = try out(u64, bytes_out);
+    const b = try buffers.acquire(buffer);
+    defer b.release();
+    o.* = b.bytes;
 }
 
-/// The buffer's host address, for backends whose memory the host can see (the CPU's).
-/// Valid while the buffer lives; do not touch it while a session uses the buffer.
+/// The buffer's host address, for backends whose memory the host can address (see
+/// lmh_device_info). Valid while the buffer lives; do not touch it while a session uses it.
 export fn lmh_buffer_host_ptr(buffer: u64, address_out: ?*usize) i32 {
     return call(bufferHostPtr(buffer, address_out));
 }
 
 fn bufferHostPtr(buffer: u64, address_out: ?*usize) Error!void {
-    const b = try device_mod.buffers.get(buffer);
     const a = try out(usize, address_out);
-    if (b.device.kind != .cpu) return fail(error.Unsupported, "{s} buffers are not host-visible", .{@tagName(b.device.kind)});
-    a.* = @intFromPtr(b.host().ptr);
+    const b = try buffers.acquire(buffer);
+    defer b.release();
+    const bytes = b.hostBytes() orelse return fail(error.Unsupported, "{s} buffers are not host-visible", .{@tagName(b.device.kind)});
+    a.* = @intFromPtr(bytes.ptr);
 }
 
 /// Copies `bytes` from src into the buffer at offset_bytes.
@@ -187,10 +207,12 @@ export fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, by
 }
 
 fn bufferWrite(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) Error!void {
-    const range = try hostRange(buffer, offset_bytes, bytes);
+    const b = try buffers.acquire(buffer);
+    defer b.release();
+    try b.checkRange(offset_bytes, bytes);
     if (bytes == 0) return;
     const s = src orelse return fail(error.InvalidArgument, "null source pointer", .{});
-    @memcpy(range, s[0..range.len]);
+    try b.copyIn(offset_bytes, s[0..@intCast(bytes)]);
 }
 
 /// Copies `bytes` from the buffer at offset_bytes into dst.
@@ -199,19 +221,12 @@ export fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u6
 }
 
 fn bufferRead(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) Error!void {
-    const range = try hostRange(buffer, offset_bytes, bytes);
+    const b = try buffers.acquire(buffer);
+    defer b.release();
+    try b.checkRange(offset_bytes, bytes);
     if (bytes == 0) return;
     const d = dst orelse return fail(error.InvalidArgument, "null destination pointer", .{});
-    @memcpy(d[0..range.len], range);
-}
-
-/// The host bytes [offset, offset + bytes) of an idle buffer, after every check.
-fn hostRange(buffer: u64, offset_bytes: u64, bytes: u64) Error![]u8 {
-    const b = try device_mod.buffers.get(buffer);
-    try b.checkRange(offset_bytes, bytes);
-    try b.checkIdle();
-    if (b.device.kind != .cpu) return fail(error.Unsupported, "{s} buffers are not host-visible", .{@tagName(b.device.kind)});
-    return b.host()[@intCast(offset_bytes)..][0..@intCast(bytes)];
+    try b.copyOut(offset_bytes, d[0..@intCast(bytes)]);
 }
 
 /// Opens a graph session on the device: an empty command list and conflict tracker.
@@ -221,90 +236,123 @@ export fn lmh_session_begin(device: u64, handle_out: ?*u64) i32 {
 
 fn sessionBegin(device: u64, handle_out: ?*u64) Error!void {
     const h = try out(u64, handle_out);
-    const d = try device_mod.devices.get(device);
+    const d = try devices.acquire(device);
+    defer d.release();
     const s = try Session.begin(d);
-    h.* = session_mod.sessions.insert(s) catch |e| {
-        s.destroy();
+    h.* = sessions.insert(s) catch |e| {
+        s.release();
         return e;
     };
+}
+
+/// The buffers one encode call uses, each held until the call returns.
+const Held = struct {
+    list: [Session.max_declared_buffers]*Buffer = undefined,
+    len: usize = 0,
+
+    fn acquire(held: *Held, handle: u64) Error!*Buffer {
+        std.debug.assert(held.len < held.list.len);
+        const b = try buffers.acquire(handle);
+        held.list[held.len] = b;
+        held.len += 1;
+        return b;
+    }
+
+    fn release(held: *Held) void {
+        for (held.list[0..held.len]) |b| b.release();
+    }
+};
+
+/// Runs one encode: the session locked, its buffers held, until `body` returns.
+fn encode(session: u64, body: anytype, args: anytype) Error!void {
+    const s = try sessions.acquire(session);
+    defer s.release();
+    try s.open();
+    defer s.close();
+    var held: Held = .{};
+    defer held.release();
+    try @call(.auto, body, .{ s, &held } ++ args);
 }
 
 /// Declares what the next dispatch reads and writes, for work the session cannot see
 /// (encode calls declare their own buffers). A RAW, WAR or WAW conflict with the
 /// ranges recorded since the last barrier emits a barrier. Ranges are whole allocations.
 export fn lmh_session_barrier_between(session: u64, reads: ?[*]const u64, read_count: u32, writes: ?[*]const u64, write_count: u32) i32 {
-    return call(sessionBarrierBetween(session, reads, read_count, writes, write_count));
+    return call(encode(session, barrierBetween, .{ reads, read_count, writes, write_count }));
 }
 
-fn sessionBarrierBetween(session: u64, reads: ?[*]const u64, read_count: u32, writes: ?[*]const u64, write_count: u32) Error!void {
-    const s = try session_mod.sessions.get(session);
-    var read_buffers: [8]*Buffer = undefined;
-    var write_buffers: [8]*Buffer = undefined;
-    const r = try resolveList(reads, read_count, &read_buffers);
-    const w = try resolveList(writes, write_count, &write_buffers);
-    try s.barrierBetween(r, w);
+fn barrierBetween(s: *Session, held: *Held, reads: ?[*]const u64, read_count: u32, writes: ?[*]const u64, write_count: u32) Error!void {
+    const limit = Session.max_declared_buffers / 2;
+    if (read_count > limit or write_count > limit)
+        return fail(error.InvalidArgument, "{d} reads and {d} writes in one declaration (limit {d} each)", .{ read_count, write_count, limit });
+    if ((read_count > 0 and reads == null) or (write_count > 0 and writes == null))
+        return fail(error.InvalidArgument, "null buffer list", .{});
+    for (0..read_count) |i| _ = try held.acquire(reads.?[i]);
+    for (0..write_count) |i| _ = try held.acquire(writes.?[i]);
+    try s.barrierBetween(held.list[0..read_count], held.list[read_count..held.len]);
 }
 
-fn resolveList(list: ?[*]const u64, count: u32, into: *[8]*Buffer) Error![]*Buffer {
-    if (count > into.len) return fail(error.InvalidArgument, "{d} buffers in one declaration (limit {d})", .{ count, into.len });
-    if (count > 0 and list == null) return fail(error.InvalidArgument, "null buffer list of {d} entries", .{count});
-    for (0..count) |i| into[i] = try device_mod.buffers.get(list.?[i]);
-    return into[0..count];
+/// Encodes out[r,:] = (x[r,:]·rsqrt(Σx²/hidden + eps))·w for `rows` rows of `hidden` f32
+/// values; input and output are rows·hidden f32, weight is hidden f32. A row whose Σx²/hidden
+/// + eps overflows to +Inf becomes NaN (docs/NUMERICS.md §4), so it is reported, never zeros.
+export fn lmh_session_rms_norm(session: u64, input: u64, weight: u64, output: u64, rows: u32, hidden: u32, eps: f32) i32 {
+    return call(encode(session, rmsNorm, .{ input, weight, output, rows, hidden, eps }));
 }
 
-/// Encodes out[r,:] = (x[r,:]·rsqrt(Σx²/dim + eps))·w for `rows` rows of `dim` f32 values.
-/// input and output are rows·dim f32; weight is dim f32.
-export fn lmh_session_rms_norm(session: u64, input: u64, weight: u64, output: u64, rows: u32, dim: u32, eps: f32) i32 {
-    return call(sessionRmsNorm(session, input, weight, output, rows, dim, eps));
-}
-
-fn sessionRmsNorm(session: u64, input: u64, weight: u64, output: u64, rows: u32, dim: u32, eps: f32) Error!void {
-    const s = try session_mod.sessions.get(session);
-    const x = try device_mod.buffers.get(input);
-    const w = try device_mod.buffers.get(weight);
-    const y = try device_mod.buffers.get(output);
+fn rmsNorm(s: *Session, held: *Held, input: u64, weight: u64, output: u64, rows: u32, hidden: u32, eps: f32) Error!void {
+    const x = try held.acquire(input);
+    const w = try held.acquire(weight);
+    const y = try held.acquire(output);
     try admission.checkRows(rows);
-    if (dim == 0 or dim > admission.max_hidden) return fail(error.OutOfBounds, "rms_norm dim {d} outside [1, {d}]", .{ dim, admission.max_hidden });
+    if (hidden == 0 or hidden > admission.max_hidden) return fail(error.OutOfBounds, "rms_norm hidden {d} outside [1, {d}]", .{ hidden, admission.max_hidden });
     if (!(eps >= 0 and std.math.isFinite(eps))) return fail(error.InvalidArgument, "rms_norm eps {e} is not a finite value >= 0", .{eps});
-    const row_bytes = @as(u64, dim) * 4;
+    const row_bytes = @as(u64, hidden) * 4;
     try checkF32(x, "rms_norm input", row_bytes * rows);
     try checkF32(w, "rms_norm weight", row_bytes);
     try checkF32(y, "rms_norm output", row_bytes * rows);
     try s.device.registry.resolve(.rms_norm);
     try s.barrierBetween(&.{ x, w }, &.{y});
-    // 1/dim is computed once on the host so every backend multiplies by the same value.
-    try s.dispatch(.{ .rms_norm = .{ .input = x, .weight = w, .output = y, .rows = rows, .dim = dim, .eps = eps, .inv_dim = 1.0 / @as(f32, @floatFromInt(dim)) } });
+    // 1/hidden is computed once here, so every backend multiplies by the same value.
+    const p: params.RmsNorm = .{ .rows = rows, .hidden = hidden, .eps = eps, .inv_hidden = 1.0 / @as(f32, @floatFromInt(hidden)) };
+    try s.dispatch(.{ .rms_norm = .{ .input = x, .weight = w, .output = y, .params = p } });
 }
 
-/// Encodes out[r,j] = Σ_k x[r,k]·W[j,k] for an output head W of `vocab` rows of `k`
-/// values stored as ggml type `type_id`; input is rows·k f32, output rows·vocab f32.
+/// Encodes out[r,j] = Σ_k x[r,k]·W[j,k] for an output head W of `vocab` rows of `hidden`
+/// values stored as ggml type `type_id`; input is rows·hidden f32, output rows·vocab f32.
 /// The weight must pass the head admission (type, block multiple, exact byte size).
-export fn lmh_session_matvec(session: u64, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, k: u32, vocab: u32) i32 {
-    return call(sessionMatvec(session, input, weight, type_id, output, rows, k, vocab));
+export fn lmh_session_matvec(session: u64, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, hidden: u32, vocab: u32) i32 {
+    return call(encode(session, matvec, .{ input, weight, type_id, output, rows, hidden, vocab }));
 }
 
-fn sessionMatvec(session: u64, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, k: u32, vocab: u32) Error!void {
-    const s = try session_mod.sessions.get(session);
-    const x = try device_mod.buffers.get(input);
-    const w = try device_mod.buffers.get(weight);
-    const y = try device_mod.buffers.get(output);
+fn matvec(s: *Session, held: *Held, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, hidden: u32, vocab: u32) Error!void {
+    const x = try held.acquire(input);
+    const w = try held.acquire(weight);
+    const y = try held.acquire(output);
     try admission.checkRows(rows);
-    const format = try admission.admitHead(type_id, k, vocab, w.bytes, false);
-    try checkF32(x, "matvec input", @as(u64, rows) * k * 4);
+    const format = try admission.admitHead(type_id, hidden, vocab, w.bytes, false);
+    try checkF32(x, "matvec input", @as(u64, rows) * hidden * 4);
     try checkF32(y, "matvec output", @as(u64, rows) * vocab * 4);
     try s.device.registry.resolve(.{ .matvec = format.type });
     try s.barrierBetween(&.{ x, w }, &.{y});
-    try s.dispatch(.{ .matvec = .{ .input = x, .weight = w, .output = y, .format = format, .rows = rows, .k = k, .vocab = vocab } });
+    const p: params.Matvec = .{
+        .rows = rows,
+        .hidden = hidden,
+        .vocab = vocab,
+        .type_id = type_id,
+        // Admission bounds hidden, so one row's bytes fit u32 (at most 4 bytes per value).
+        .row_bytes = @intCast(formats.rowBytes(format.type, hidden).?),
+        .chunks = @intCast(lanes.chunkCount(hidden)),
+    };
+    try s.dispatch(.{ .matvec = .{ .input = x, .weight = w, .output = y, .params = p } });
 }
 
 /// Encodes data[i] = tanh(data[i]·(1/cap))·cap in place for the first `count` f32 values.
 export fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32 {
-    return call(sessionSoftcap(session, data, count, cap));
+    return call(encode(session, softcap, .{ data, count, cap }));
 }
 
-fn sessionSoftcap(session: u64, data: u64, count: u64, cap: f32) Error!void {
-    const s = try session_mod.sessions.get(session);
-    const d = try device_mod.buffers.get(data);
+fn softcap(s: *Session, held: *Held, data: u64, count: u64, cap: f32) Error!void {
+    const d = try held.acquire(data);
     if (count == 0) return fail(error.InvalidArgument, "softcap of 0 values", .{});
     if (!(cap > 0 and std.math.isFinite(cap))) return fail(error.InvalidArgument, "softcap cap {e} is not a finite value > 0", .{cap});
     const bytes = std.math.mul(u64, count, 4) catch return fail(error.Overflow, "softcap count {d} overflows", .{count});
@@ -312,14 +360,33 @@ fn sessionSoftcap(session: u64, data: u64, count: u64, cap: f32) Error!void {
     try checkF32(d, "softcap data", d.bytes);
     try s.device.registry.resolve(.softcap);
     try s.barrierBetween(&.{d}, &.{d});
-    // 1/cap is computed once on the host, like 1/dim.
-    try s.dispatch(.{ .softcap = .{ .data = d, .count = count, .cap = cap, .inv_cap = 1.0 / cap } });
+    // 1/cap is computed once here, like 1/hidden.
+    try s.dispatch(.{ .softcap = .{ .data = d, .params = .{ .values = count, .cap = cap, .inv_cap = 1.0 / cap } } });
+}
+
+/// Encodes counts[r] = the number of NaN and ±Inf values in row r of data (`rows` rows of
+/// `row_values` f32); counts is rows u32. The head's per-row validity check, read by the host.
+export fn lmh_session_count_non_finite(session: u64, data: u64, counts: u64, rows: u32, row_values: u32) i32 {
+    return call(encode(session, countNonFinite, .{ data, counts, rows, row_values }));
+}
+
+fn countNonFinite(s: *Session, held: *Held, data: u64, counts: u64, rows: u32, row_values: u32) Error!void {
+    const d = try held.acquire(data);
+    const c = try held.acquire(counts);
+    try admission.checkRows(rows);
+    if (row_values == 0) return fail(error.InvalidArgument, "count_non_finite of rows of 0 values", .{});
+    const bytes = @as(u64, rows) * row_values * 4;
+    if (bytes > d.bytes) return fail(error.OutOfBounds, "count_non_finite of {d} rows x {d} values past the buffer's {d} bytes", .{ rows, row_values, d.bytes });
+    try checkF32(d, "count_non_finite data", d.bytes);
+    try checkF32(c, "count_non_finite counts", @as(u64, rows) * 4);
+    try s.device.registry.resolve(.count_non_finite);
+    try s.barrierBetween(&.{d}, &.{c});
+    try s.dispatch(.{ .count_non_finite = .{ .data = d, .counts = c, .params = .{ .rows = rows, .row_values = row_values } } });
 }
 
 fn checkF32(buffer: *Buffer, comptime what: []const u8, bytes: u64) Error!void {
     if (buffer.bytes != bytes) return fail(error.InvalidArgument, what ++ " is {d} bytes, expected {d}", .{ buffer.bytes, bytes });
-    if (buffer.device.kind == .cpu and @intFromPtr(buffer.host().ptr) % 4 != 0)
-        return fail(error.InvalidArgument, what ++ " is not 4-byte aligned", .{});
+    if (buffer.address() % 4 != 0) return fail(error.InvalidArgument, what ++ " is not 4-byte aligned", .{});
 }
 
 /// Runs the session's commands in order, waits for them, and closes the session.
@@ -328,7 +395,9 @@ export fn lmh_session_finish(session: u64) i32 {
 }
 
 fn sessionFinish(session: u64) Error!void {
-    try (try session_mod.sessions.remove(session)).finish();
+    const s = try sessions.remove(session);
+    defer s.release();
+    try s.finish();
 }
 
 /// Closes the session without running what it recorded.
@@ -337,7 +406,9 @@ export fn lmh_session_abort(session: u64) i32 {
 }
 
 fn sessionAbort(session: u64) Error!void {
-    (try session_mod.sessions.remove(session)).destroy();
+    const s = try sessions.remove(session);
+    defer s.release();
+    try s.abort();
 }
 
 /// Process-wide counters: counts_out[0] = barriers emitted, counts_out[1] = dispatches encoded.
@@ -358,18 +429,12 @@ export fn lmh_device_read_bandwidth(device: u64, bytes: u64, passes: u32, bytes_
 }
 
 fn deviceReadBandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_out: ?*[2]f64) Error!void {
-    const d = try device_mod.devices.get(device);
     const o = try out([2]f64, bytes_per_second_out);
     if (bytes < 1 << 24 or bytes > 1 << 34) return fail(error.OutOfBounds, "bandwidth probe of {d} bytes outside [2^24, 2^34]", .{bytes});
-    if (passes == 0 or passes > cpu.max_probe_passes) return fail(error.OutOfBounds, "bandwidth probe passes {d} outside [1, {d}]", .{ passes, cpu.max_probe_passes });
-    switch (d.backend) {
-        .cpu => |b| {
-            const all = try b.readBandwidth(@intCast(bytes), passes, b.pool.worker_count);
-            const one = try b.readBandwidth(@intCast(bytes), passes, 1);
-            o.* = .{ all, one };
-        },
-        .metal, .cuda => unreachable,
-    }
+    if (passes == 0 or passes > contract.max_probe_passes) return fail(error.OutOfBounds, "bandwidth probe passes {d} outside [1, {d}]", .{ passes, contract.max_probe_passes });
+    const d = try devices.acquire(device);
+    defer d.release();
+    o.* = try d.readBandwidth(bytes, passes);
 }
 
 /// The explicit limits: limits_out = [max rows per call, max hidden, max vocab, max buffer bytes].
@@ -379,7 +444,7 @@ export fn lmh_limits(limits_out: ?*[4]u64) i32 {
 
 fn limits(limits_out: ?*[4]u64) Error!void {
     const l = try out([4]u64, limits_out);
-    l.* = .{ admission.max_rows, admission.max_hidden, admission.max_vocab, device_mod.max_buffer_bytes };
+    l.* = .{ admission.max_rows, admission.max_hidden, admission.max_vocab, buffer_mod.max_buffer_bytes };
 }
 
 /// When on, every dispatch and barrier is printed to stderr as it is encoded.
@@ -400,7 +465,7 @@ fn formatInfo(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacity: u64, len_
     const f = formats.format(type_id) orelse return fail(error.Unsupported, "unknown ggml type id {d}", .{type_id});
     info.* = .{ f.block_values, f.block_bytes, f.d_offset, f.m_offset orelse 0xFFFF_FFFF, @intFromBool(f.head), @intFromBool(f.tied_head) };
     len.* = f.name.len;
-    if (dst) |d| @memcpy(d[0..@intCast(@min(capacity, f.name.len))], f.name[0..@intCast(@min(capacity, f.name.len))]);
+    copyText(f.name, dst, capacity);
 }
 
 /// The head admission predicate on its own, for loaders: type, tied, block multiple, exact size.
@@ -433,4 +498,5 @@ test {
     _ = @import("core/handles.zig");
     _ = @import("numerics/lanes.zig");
     _ = @import("backends/cpu/pool.zig");
+    _ = @import("backends/cpu/decode.zig");
 }

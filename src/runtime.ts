@@ -23,10 +23,11 @@ export class MlxDevice implements Disposable {
   #closed = false;
 
   private constructor(readonly handle: bigint) {
-    const info = new Uint32Array(2);
+    const info = new Uint32Array(3);
     this.info = nativeString((dst, capacity, len) => lib.lmh_device_info(handle, info, dst, capacity, len), "device info");
     this.kind = backendKinds[info[0]!]!;
     this.threads = info[1]!;
+    this.hostVisible = info[2] === 1;
     this.registry = new KernelRegistry(this);
     release.register(this, () => lib.lmh_device_close(handle), this);
   }
@@ -35,6 +36,8 @@ export class MlxDevice implements Disposable {
   readonly info: string;
   /** Host threads the backend runs its work on. */
   readonly threads: number;
+  /** Whether the host can address this device's buffers (then reads need no copy). */
+  readonly hostVisible: boolean;
 
   static open(kind: BackendKind = "cpu"): MlxDevice {
     const index = backendKinds.indexOf(kind);
@@ -210,6 +213,14 @@ export class GraphSession implements Disposable {
     checkSize(count, "softcap count");
     check(lib.lmh_session_softcap(this.handle, data.handle, count, cap), "softcap");
     this.#keep(data);
+  }
+
+  /** counts[r] = NaN and ±Inf values in row r of data (rows × rowValues f32); counts is rows u32. */
+  countNonFinite(data: MlxBuffer, counts: MlxBuffer, rows: number, rowValues: number): void {
+    checkCount(rows, "rows");
+    checkCount(rowValues, "row values");
+    check(lib.lmh_session_count_non_finite(this.handle, data.handle, counts.handle, rows, rowValues), "count_non_finite");
+    this.#keep(data, counts);
   }
 
   /** Runs the recorded work and waits for it: the only host sync point. */

@@ -29,11 +29,11 @@ test("the encode trace prints every dispatch and barrier to stderr", async () =>
   const stderr = await new Response(child.stderr).text();
   expect(await child.exited).toBe(0);
   expect(stderr.trim().split("\n")).toEqual([
-    "[lmhead encode] rms_norm rows=2 dim=256 eps=1e-6",
+    "[lmhead encode] rms_norm rows=2 hidden=256 eps=1e-6",
     "[lmhead encode] barrier",
-    "[lmhead encode] matvec_F32 rows=2 k=256 vocab=10",
+    "[lmhead encode] matvec_F32 rows=2 hidden=256 vocab=10",
     "[lmhead encode] barrier",
-    "[lmhead encode] softcap count=20 cap=3e1",
+    "[lmhead encode] softcap values=20 cap=3e1",
   ]);
 });
 

@@ -9,13 +9,22 @@ const Error = status.Error;
 pub const Kernel = union(enum) {
     rms_norm,
     softcap,
+    count_non_finite,
     matvec: formats.Type,
 
-    fn slot(kernel: Kernel) u6 {
+    const fixed = [_]Kernel{ .rms_norm, .softcap, .count_non_finite };
+    const Mask = u64;
+    comptime {
+        // Every kernel has its bit in the mask.
+        std.debug.assert(fixed.len + std.enums.values(formats.Type).len <= @bitSizeOf(Mask));
+    }
+
+    fn slot(kernel: Kernel) std.math.Log2Int(Mask) {
         return switch (kernel) {
             .rms_norm => 0,
             .softcap => 1,
-            .matvec => |t| @intCast(2 + @intFromEnum(t)),
+            .count_non_finite => 2,
+            .matvec => |t| @intCast(fixed.len + std.mem.indexOfScalar(formats.Type, std.enums.values(formats.Type), t).?),
         };
     }
 
@@ -23,16 +32,17 @@ pub const Kernel = union(enum) {
         return switch (kernel) {
             .rms_norm => "rms_norm_f32",
             .softcap => "softcap_f32",
+            .count_non_finite => "count_non_finite_f32",
             .matvec => |t| std.fmt.bufPrint(out, "matvec_{s}_f32", .{formats.format(@intFromEnum(t)).?.name}) catch unreachable,
         };
     }
 };
 
 pub const Registry = struct {
-    resolved: std.atomic.Value(u64) = .init(0),
+    resolved: std.atomic.Value(Kernel.Mask) = .init(0),
 
     pub fn resolve(registry: *Registry, kernel: Kernel) Error!void {
-        _ = registry.resolved.fetchOr(@as(u64, 1) << kernel.slot(), .monotonic);
+        _ = registry.resolved.fetchOr(@as(Kernel.Mask, 1) << kernel.slot(), .monotonic);
     }
 
     /// Writes the resolved kernels' names, one per line, and returns the bytes needed.
@@ -40,11 +50,10 @@ pub const Registry = struct {
         const mask = registry.resolved.load(.monotonic);
         var needed: usize = 0;
         var name_buffer: [64]u8 = undefined;
-        const kernels = [_]Kernel{ .rms_norm, .softcap };
-        for (kernels) |k| if (mask & (@as(u64, 1) << k.slot()) != 0) append(out, &needed, k.name(&name_buffer));
+        for (Kernel.fixed) |k| if (mask & (@as(Kernel.Mask, 1) << k.slot()) != 0) append(out, &needed, k.name(&name_buffer));
         for (std.enums.values(formats.Type)) |t| {
             const k: Kernel = .{ .matvec = t };
-            if (mask & (@as(u64, 1) << k.slot()) != 0) append(out, &needed, k.name(&name_buffer));
+            if (mask & (@as(Kernel.Mask, 1) << k.slot()) != 0) append(out, &needed, k.name(&name_buffer));
         }
         return needed;
     }

@@ -5,49 +5,36 @@
 const std = @import("std");
 const status = @import("status.zig");
 const handles = @import("handles.zig");
-const device_mod = @import("device.zig");
+const Device = @import("device.zig").Device;
+const Buffer = @import("buffer.zig").Buffer;
+const Command = @import("../backends/backend.zig").Command;
 const formats = @import("../numerics/formats.zig");
 const Error = status.Error;
 const fail = status.fail;
-const Device = device_mod.Device;
-const Buffer = device_mod.Buffer;
 
 /// Process-wide counters, as mlx-native's barrier_count()/dispatch_count().
 pub var barrier_count: std.atomic.Value(u64) = .init(0);
 pub var dispatch_count: std.atomic.Value(u64) = .init(0);
 pub var encode_trace: std.atomic.Value(bool) = .init(false);
 
-pub const Command = union(enum) {
-    barrier,
-    rms_norm: struct { input: *Buffer, weight: *Buffer, output: *Buffer, rows: u32, dim: u32, eps: f32, inv_dim: f32 },
-    matvec: struct { input: *Buffer, weight: *Buffer, output: *Buffer, format: formats.Format, rows: u32, k: u32, vocab: u32 },
-    softcap: struct { data: *Buffer, count: u64, cap: f32, inv_cap: f32 },
-
-    fn buffers(command: *const Command, out: *[3]*Buffer) []*Buffer {
-        switch (command.*) {
-            .barrier => return out[0..0],
-            .rms_norm => |c| out.* = .{ c.input, c.weight, c.output },
-            .matvec => |c| out.* = .{ c.input, c.weight, c.output },
-            .softcap => |c| {
-                out[0] = c.data;
-                return out[0..1];
-            },
-        }
-        return out[0..3];
-    }
-};
-
 pub const Session = struct {
     device: *Device,
     commands: std.ArrayList(Command) = .empty,
+    /// Roots read and written since the last barrier.
     reads: [tracker_capacity]*Buffer = undefined,
     reads_len: usize = 0,
     writes: [tracker_capacity]*Buffer = undefined,
     writes_len: usize = 0,
     dispatches: u32 = 0,
+    /// Set by finish or abort; a call that acquired the session before then fails cleanly.
+    ended: bool = false,
+    /// Encoding and finishing one session from two threads take turns.
+    lock: std.c.pthread_mutex_t = .{},
+    refs: std.atomic.Value(u32) = .init(1),
 
     const tracker_capacity = 32;
     pub const max_commands = 4096;
+    pub const max_declared_buffers = 8;
 
     pub fn begin(device: *Device) Error!*Session {
         const session = std.heap.c_allocator.create(Session) catch return fail(error.OutOfMemory, "out of memory", .{});
@@ -56,16 +43,43 @@ pub const Session = struct {
         return session;
     }
 
+    pub fn retain(session: *Session) void {
+        const before = session.refs.fetchAdd(1, .monotonic);
+        std.debug.assert(before > 0);
+    }
+
+    pub fn release(session: *Session) void {
+        const before = session.refs.fetchSub(1, .acq_rel);
+        std.debug.assert(before > 0);
+        if (before != 1) return;
+        session.dropCommands();
+        session.commands.deinit(std.heap.c_allocator);
+        session.device.release();
+        std.heap.c_allocator.destroy(session);
+    }
+
+    /// Locks the session for one encode; fails if it already ended.
+    pub fn open(session: *Session) Error!void {
+        _ = std.c.pthread_mutex_lock(&session.lock);
+        if (session.ended) {
+            _ = std.c.pthread_mutex_unlock(&session.lock);
+            return fail(error.BadHandle, "session has already finished", .{});
+        }
+    }
+
+    pub fn close(session: *Session) void {
+        _ = std.c.pthread_mutex_unlock(&session.lock);
+    }
+
     /// Declares what the next dispatch reads and writes (mlx-native's barrier_between).
     /// Emits a barrier on a conflict with the ranges recorded since the last one.
     pub fn barrierBetween(session: *Session, reads: []const *Buffer, writes: []const *Buffer) Error!void {
+        std.debug.assert(reads.len <= max_declared_buffers and writes.len <= max_declared_buffers);
         var conflict = false;
-        for (reads) |r| {
-            if (contains(session.writes[0..session.writes_len], r.root())) conflict = true; // RAW
-        }
+        for (reads) |r| conflict = conflict or contains(session.writes[0..session.writes_len], r.root()); // RAW
         for (writes) |w| {
-            if (contains(session.reads[0..session.reads_len], w.root())) conflict = true; // WAR
-            if (contains(session.writes[0..session.writes_len], w.root())) conflict = true; // WAW
+            conflict = conflict or contains(session.reads[0..session.reads_len], w.root()); // WAR
+            conflict = conflict or contains(session.writes[0..session.writes_len], w.root()); // WAW
         }
         const full = session.reads_len + reads.len > tracker_capacity or session.writes_len + writes.len > tracker_capacity;
         if ((conflict or full) and session.dispatches > 0) {
@@ -75,8 +89,8 @@ pub const Session = struct {
             _ = barrier_count.fetchAdd(1, .monotonic);
             if (encode_trace.load(.monotonic)) std.debug.print("[lmhead encode] barrier\n", .{});
         }
-        if (session.reads_len + reads.len > tracker_capacity or session.writes_len + writes.len > tracker_capacity)
-            return fail(error.InvalidArgument, "barrier_between: more than {d} ranges at once", .{tracker_capacity});
+        // Each list holds at most max_declared_buffers new roots, far below the capacity.
+        comptime std.debug.assert(2 * max_declared_buffers <= tracker_capacity);
         for (reads) |r| if (!contains(session.reads[0..session.reads_len], r.root())) {
             session.reads[session.reads_len] = r.root();
             session.reads_len += 1;
@@ -92,25 +106,29 @@ pub const Session = struct {
         return false;
     }
 
-    /// Records a dispatch; its buffers stay alive and host-inaccessible until finish.
+    /// Records a dispatch; its buffers stay alive and host-inaccessible until the session ends.
     pub fn dispatch(session: *Session, command: Command) Error!void {
-        var scratch: [3]*Buffer = undefined;
+        std.debug.assert(command != .barrier);
+        var scratch: [Command.max_buffers]*Buffer = undefined;
         const used = command.buffers(&scratch);
         for (used) |b| if (b.device != session.device)
             return fail(error.InvalidArgument, "buffer belongs to another device", .{});
         try session.record(command);
-        for (used) |b| {
-            b.retain();
-            _ = b.in_flight.fetchAdd(1, .acq_rel);
-        }
+        for (used) |b| b.enterFlight();
         session.dispatches += 1;
         _ = dispatch_count.fetchAdd(1, .monotonic);
-        if (encode_trace.load(.monotonic)) switch (command) {
+        if (encode_trace.load(.monotonic)) trace(command);
+    }
+
+    fn trace(command: Command) void {
+        const prefix = "[lmhead encode] ";
+        switch (command) {
             .barrier => unreachable,
-            .rms_norm => |c| std.debug.print("[lmhead encode] rms_norm rows={d} dim={d} eps={e}\n", .{ c.rows, c.dim, c.eps }),
-            .matvec => |c| std.debug.print("[lmhead encode] matvec_{s} rows={d} k={d} vocab={d}\n", .{ c.format.name, c.rows, c.k, c.vocab }),
-            .softcap => |c| std.debug.print("[lmhead encode] softcap count={d} cap={e}\n", .{ c.count, c.cap }),
-        };
+            .rms_norm => |c| std.debug.print(prefix ++ "rms_norm rows={d} hidden={d} eps={e}\n", .{ c.params.rows, c.params.hidden, c.params.eps }),
+            .matvec => |c| std.debug.print(prefix ++ "matvec_{s} rows={d} hidden={d} vocab={d}\n", .{ formats.format(c.params.type_id).?.name, c.params.rows, c.params.hidden, c.params.vocab }),
+            .softcap => |c| std.debug.print(prefix ++ "softcap values={d} cap={e}\n", .{ c.params.values, c.params.cap }),
+            .count_non_finite => |c| std.debug.print(prefix ++ "count_non_finite rows={d} row_values={d}\n", .{ c.params.rows, c.params.row_values }),
+        }
     }
 
     fn record(session: *Session, command: Command) Error!void {
@@ -119,27 +137,29 @@ pub const Session = struct {
         session.commands.append(std.heap.c_allocator, command) catch return fail(error.OutOfMemory, "out of memory", .{});
     }
 
-    /// Runs every recorded command in order and waits; then releases the session.
+    /// Runs every recorded command in order and waits. The session ends either way.
     pub fn finish(session: *Session) Error!void {
-        defer session.destroy();
-        switch (session.device.backend) {
-            .cpu => |backend| try backend.execute(session.commands.items),
-            .metal, .cuda => unreachable,
-        }
+        try session.open();
+        defer session.close();
+        session.ended = true;
+        defer session.dropCommands();
+        try session.device.execute(session.commands.items);
     }
 
-    /// Drops the recorded work without running it.
-    pub fn destroy(session: *Session) void {
+    /// Ends the session without running what it recorded.
+    pub fn abort(session: *Session) Error!void {
+        try session.open();
+        defer session.close();
+        session.ended = true;
+        session.dropCommands();
+    }
+
+    fn dropCommands(session: *Session) void {
         for (session.commands.items) |*command| {
-            var scratch: [3]*Buffer = undefined;
-            for (command.buffers(&scratch)) |b| {
-                _ = b.in_flight.fetchSub(1, .acq_rel);
-                b.release();
-            }
+            var scratch: [Command.max_buffers]*Buffer = undefined;
+            for (command.buffers(&scratch)) |b| b.leaveFlight();
         }
-        session.commands.deinit(std.heap.c_allocator);
-        session.device.release();
-        std.heap.c_allocator.destroy(session);
+        session.commands.clearRetainingCapacity();
     }
 };
 

@@ -1,12 +1,12 @@
-//! A fixed pool of worker threads owned by a CPU device. `run` hands every worker
-//! (and the calling thread, as worker 0) the same job; the job splits its work with an
-//! atomic counter, so the split never changes any value's arithmetic.
+//! A fixed pool of worker threads, shared by the process's CPU devices. `run` hands every
+//! worker (and the calling thread, as worker 0) the same job; the job splits its work
+//! with an atomic counter, so the split never changes any value's arithmetic.
 const std = @import("std");
 const c = std.c;
 
 pub const max_workers = 64;
 
-pub const Job = struct {
+const Job = struct {
     context: *anyopaque,
     run: *const fn (context: *anyopaque, worker: u32) void,
 };
@@ -40,8 +40,20 @@ pub const Pool = struct {
         for (1..pool.worker_count) |w| pool.threads[w].join();
     }
 
+    /// Runs `job.work(worker)` on every worker, the caller included, and waits for all.
+    /// `job` is a pointer to a struct with `fn work(*@This(), worker: u32) void`.
     /// One caller at a time (the CPU backend serializes execution).
-    pub fn run(pool: *Pool, job: Job) void {
+    pub fn run(pool: *Pool, job: anytype) void {
+        const J = @typeInfo(@TypeOf(job)).pointer.child;
+        const erased = struct {
+            fn work(context: *anyopaque, worker: u32) void {
+                J.work(@ptrCast(@alignCast(context)), worker);
+            }
+        };
+        pool.runErased(.{ .context = job, .run = erased.work });
+    }
+
+    fn runErased(pool: *Pool, job: Job) void {
         _ = c.pthread_mutex_lock(&pool.lock);
         pool.job = job;
         pool.pending = pool.worker_count - 1;
@@ -86,13 +98,12 @@ test "every worker runs each job once" {
     defer pool.stop();
     const Counter = struct {
         hits: std.atomic.Value(u32) = .init(0),
-        fn run(context: *anyopaque, worker: u32) void {
-            _ = worker;
-            const self: *@This() = @ptrCast(@alignCast(context));
+        fn work(self: *@This(), worker: u32) void {
+            std.debug.assert(worker < 4);
             _ = self.hits.fetchAdd(1, .monotonic);
         }
     };
     var counter: Counter = .{};
-    for (0..100) |_| pool.run(.{ .context = &counter, .run = Counter.run });
+    for (0..100) |_| pool.run(&counter);
     try std.testing.expectEqual(@as(u32, 400), counter.hits.load(.monotonic));
 }

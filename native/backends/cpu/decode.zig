@@ -1,0 +1,541 @@
+//! The CPU's lane-major chunk decoder: the matvec's hot path. It decodes 256 values of a
+//! weight row straight into the lane-major order of numerics/lanes.zig, with the same
+//! arithmetic per value as the reference decoders of numerics/formats.zig (tested equal
+//! bit for bit below), reading every field at the offsets of formats.zig's block layouts.
+const std = @import("std");
+const builtin = @import("builtin");
+const formats = @import("../../numerics/formats.zig");
+const lanes = @import("../../numerics/lanes.zig");
+const Type = formats.Type;
+const of = formats.of;
+const iq4_values = formats.iq4_values;
+const f16ToF32 = formats.f16ToF32;
+
+// ---------------------------------------------------------------------------------------------
+// Lane-major chunk decoder (the CPU kernel's hot path)
+// ---------------------------------------------------------------------------------------------
+//
+// A chunk is 256 consecutive elements of a row. Lane l (0..32) owns elements [8l, 8l+8) of the chunk;
+// lane-major order puts element 8l+i at out[32i+l]. Every decoder below works the same way:
+//   1. build the chunk's integer codes (or dense bit patterns) in natural element order, as four
+//      64-element groups (group g = elements 64g..64g+63 = lanes 8g..8g+7), with vector ops only;
+//   2. permute them into lane-major order with comptime @shuffle masks (`lanesFromGroups`): an 8×8
+//      transpose inside each group, then a 4-way interleave of 8-element rows across groups;
+//   3. convert 32 codes at a time to f32 and apply the per-lane scale (and min). For every format a
+//      lane's 8 elements share one scale: sub-blocks hold 16 or 32 elements and blocks 32.
+// The arithmetic per element is the one of decodeBlock, on the same operands, so results are equal bit
+// for bit (the products are exact anyway, see the note above decodeBlock).
+
+const V32f = @Vector(32, f32);
+
+/// Bytes of one full chunk of type t.
+pub fn chunkBytes(comptime t: Type) usize {
+    const f = comptime of(t);
+    return (256 / f.block_values) * f.block_bytes;
+}
+
+/// Mask of the 8×8 transpose inside a 64-element group: natural [l'][i] → [i][l'].
+const transpose8x8: [64]i32 = blk: {
+    var m: [64]i32 = undefined;
+    for (0..8) |i| {
+        for (0..8) |lp| m[8 * i + lp] = 8 * lp + i;
+    }
+    break :blk m;
+};
+
+fn concatMask(comptime n: usize) [2 * n]i32 {
+    var m: [2 * n]i32 = undefined;
+    for (0..n) |j| {
+        m[j] = @intCast(j);
+        m[n + j] = ~@as(i32, @intCast(j));
+    }
+    return m;
+}
+
+inline fn concat(comptime E: type, comptime n: usize, a: @Vector(n, E), b: @Vector(n, E)) @Vector(2 * n, E) {
+    return @shuffle(E, a, b, concatMask(n));
+}
+
+inline fn half(comptime E: type, comptime n: usize, v: @Vector(2 * n, E), comptime hi: bool) @Vector(n, E) {
+    comptime var m: [n]i32 = undefined;
+    inline for (0..n) |j| m[j] = if (hi) n + j else j;
+    return @shuffle(E, v, undefined, m);
+}
+
+/// Unaligned little-endian vector load of n elements of E from the start of p.
+inline fn load(comptime E: type, comptime n: usize, p: []const u8) @Vector(n, E) {
+    const bytes = p[0 .. n * @sizeOf(E)];
+    const arr: *align(1) const [n]E = @ptrCast(bytes.ptr);
+    var v: @Vector(n, E) = arr.*;
+    if (builtin.cpu.arch.endian() == .big and @sizeOf(E) > 1) v = @byteSwap(v);
+    return v;
+}
+
+/// Byte codes of a chunk in natural order (4 groups of 64) → lane-major order, as 4 vectors of 64:
+/// result[j] holds steps 2j (elements 0..31 of the vector, one per lane) and 2j+1 (32..63).
+inline fn lanesFromGroups(g: [4]@Vector(64, u8)) [4]@Vector(64, u8) {
+    // Stage 1: z[g] = [i][l'] for lanes 8g..8g+7; as u64, z[g][i] = the 8 lane bytes of step i.
+    var z: [4]@Vector(8, u64) = undefined;
+    inline for (0..4) |k| z[k] = @bitCast(@shuffle(u8, g[k], undefined, transpose8x8));
+    // Stage 2: step i = [z0[i], z1[i], z2[i], z3[i]].
+    const lo_m = [8]i32{ 0, ~@as(i32, 0), 1, ~@as(i32, 1), 2, ~@as(i32, 2), 3, ~@as(i32, 3) };
+    const hi_m = [8]i32{ 4, ~@as(i32, 4), 5, ~@as(i32, 5), 6, ~@as(i32, 6), 7, ~@as(i32, 7) };
+    const a_lo = @shuffle(u64, z[0], z[1], lo_m); // z0[0] z1[0] z0[1] z1[1] ...
+    const a_hi = @shuffle(u64, z[0], z[1], hi_m);
+    const b_lo = @shuffle(u64, z[2], z[3], lo_m);
+    const b_hi = @shuffle(u64, z[2], z[3], hi_m);
+    const s01 = [8]i32{ 0, 1, ~@as(i32, 0), ~@as(i32, 1), 2, 3, ~@as(i32, 2), ~@as(i32, 3) };
+    const s23 = [8]i32{ 4, 5, ~@as(i32, 4), ~@as(i32, 5), 6, 7, ~@as(i32, 6), ~@as(i32, 7) };
+    return .{
+        @bitCast(@shuffle(u64, a_lo, b_lo, s01)),
+        @bitCast(@shuffle(u64, a_lo, b_lo, s23)),
+        @bitCast(@shuffle(u64, a_hi, b_hi, s01)),
+        @bitCast(@shuffle(u64, a_hi, b_hi, s23)),
+    };
+}
+
+/// Whether the target converts f16 vectors in hardware (otherwise @floatCast is a libcall per element).
+const hw_f16 = switch (builtin.cpu.arch) {
+    .x86, .x86_64 => std.Target.x86.featureSetHas(builtin.cpu.features, .f16c),
+    .aarch64, .aarch64_be => true,
+    else => false,
+};
+
+/// Vector f16 → f32, bit-identical to f16ToF32 (exact; NaN payloads kept, sNaN not quieted).
+/// Finite values and infinities go through the target's conversion (@floatCast, exact: one vcvtph2ps
+/// per 16 values with F16C), NaNs are rebuilt from their bits because hardware quiets signalling NaNs
+/// (x86, ARM) or returns the canonical NaN (RISC-V).
+pub inline fn f16Vec(comptime n: usize, h: @Vector(n, u16)) @Vector(n, f32) {
+    if (!hw_f16) return f16VecInt(n, h);
+    const U = @Vector(n, u32);
+    const hw: U = @bitCast(@as(@Vector(n, f32), @floatCast(@as(@Vector(n, f16), @bitCast(h)))));
+    const is_nan = (h & @as(@Vector(n, u16), @splat(0x7fff))) > @as(@Vector(n, u16), @splat(0x7c00));
+    // Sign-extending puts the sign in bits 31..15; << 13 moves exponent/mantissa into place and keeps
+    // the sign in bit 31; the or sets the f32 exponent to all ones.
+    const s: @Vector(n, i32) = @as(@Vector(n, i16), @bitCast(h));
+    const nan_bits = (@as(U, @bitCast(s)) << @splat(13)) | @as(U, @splat(0x7f800000));
+    return @bitCast(@select(u32, is_nan, nan_bits, hw));
+}
+
+/// The integer-only variant of f16Vec (same results), kept for targets where @floatCast on f16 vectors
+/// is slow (no hardware conversion) and as a cross-check in the tests.
+pub inline fn f16VecInt(comptime n: usize, h: @Vector(n, u16)) @Vector(n, f32) {
+    const U = @Vector(n, u32);
+    const w: U = h;
+    const em = w & @as(U, @splat(0x7fff));
+    const sign = (w & @as(U, @splat(0x8000))) << @splat(16);
+    // Rebias the exponent by 127-15: exact for normals; Inf/NaN need another +128-16.
+    var o = (em << @splat(13)) + @as(U, @splat(112 << 23));
+    o = @select(u32, em >= @as(U, @splat(0x7c00)), o + @as(U, @splat(112 << 23)), o);
+    // Subnormal/zero: one more exponent step makes o 2^-14·(1 + man/1024); subtracting 2^-14 leaves
+    // man·2^-24 exactly (+0 for man = 0, the sign is or-ed in below). No f32 denormal is touched.
+    const sub: U = @bitCast(@as(@Vector(n, f32), @bitCast(o + @as(U, @splat(1 << 23)))) - @as(@Vector(n, f32), @splat(0x1p-14)));
+    o = @select(u32, em < @as(U, @splat(0x0400)), sub, o);
+    return @bitCast(o | sign);
+}
+
+/// Per-lane vector from n per-sub-block values: lane l gets v[l / (32/n)].
+inline fn perLane(comptime n: usize, v: @Vector(n, f32)) V32f {
+    comptime var m: [32]i32 = undefined;
+    inline for (0..32) |l| m[l] = l / (32 / n);
+    return @shuffle(f32, v, undefined, m);
+}
+
+/// Converts lane-major codes and writes out = scale·q (+ or − min), step by step.
+inline fn emit(comptime E: type, lm: [4]@Vector(64, u8), scale: V32f, comptime min_op: enum { none, add, sub }, min: V32f, out: *[256]f32) void {
+    inline for (0..4) |j| {
+        inline for (0..2) |h| {
+            const codes: @Vector(32, E) = @bitCast(half(u8, 32, lm[j], h == 1));
+            const q: V32f = @floatFromInt(codes);
+            const v = switch (min_op) {
+                .none => scale * q,
+                .add => scale * q + min,
+                .sub => scale * q - min,
+            };
+            out[64 * j + 32 * h ..][0..32].* = v;
+        }
+    }
+}
+
+/// 16-entry lookup (IQ4 codebook) of nibbles, as a select tree on the index bits.
+inline fn lookupIq4(idx: @Vector(64, u8)) @Vector(64, u8) {
+    const B = @Vector(64, u8);
+    const bit = struct {
+        inline fn f(x: B, comptime b: u3) @Vector(64, bool) {
+            return (x & @as(B, @splat(@as(u8, 1) << b))) != @as(B, @splat(0));
+        }
+    }.f;
+    var level: [16]B = undefined;
+    inline for (0..16) |j| level[j] = @splat(@bitCast(iq4_values[j]));
+    inline for (0..4) |b| {
+        const m = bit(idx, b);
+        inline for (0..(16 >> (b + 1))) |j| level[j] = @select(u8, m, level[2 * j + 1], level[2 * j]);
+    }
+    return level[0];
+}
+
+inline fn splat64(x: u8) @Vector(64, u8) {
+    return @splat(x);
+}
+
+/// Natural-order 64 nibbles of two 16-byte nibble blocks a, b: [lo(a), hi(a), lo(b), hi(b)].
+inline fn nibblePairs(a: @Vector(16, u8), b: @Vector(16, u8)) @Vector(64, u8) {
+    const x = concat(u8, 16, a, b);
+    const lo = x & @as(@Vector(32, u8), @splat(0xf));
+    const hi = x >> @splat(4);
+    comptime var m: [64]i32 = undefined;
+    inline for (0..2) |blk| inline for (0..16) |j| {
+        m[32 * blk + j] = 16 * blk + j;
+        m[32 * blk + 16 + j] = ~@as(i32, 16 * blk + j);
+    };
+    return @shuffle(u8, lo, hi, m);
+}
+
+/// Q5_0/Q5_1 high bits of two blocks: 16 where bit e of the block's qh is set, else 0, for the 64
+/// elements of the pair (qh8 = the two blocks' qh words as 8 bytes).
+inline fn highBitsPair(qh8: @Vector(8, u8)) @Vector(64, u8) {
+    comptime var sel: [64]i32 = undefined;
+    comptime var bitm: [64]u8 = undefined;
+    inline for (0..64) |e| {
+        sel[e] = e / 8;
+        bitm[e] = @as(u8, 1) << @intCast(e % 8);
+    }
+    const spread = @shuffle(u8, qh8, undefined, sel);
+    const set = (spread & @as(@Vector(64, u8), bitm)) != splat64(0);
+    return @select(u8, set, splat64(16), splat64(0));
+}
+
+/// Branch-free exact f16 → f32 of the f16 field at src[off..off+2] (same bits as f16ToF32).
+inline fn f16At(src: []const u8, comptime off: usize) f32 {
+    const v: @Vector(2, u16) = .{ std.mem.readInt(u16, src[off..][0..2], .little), 0 };
+    return f16Vec(2, v)[0];
+}
+
+/// f16 fields at `off` of 8 consecutive blocks of `stride` bytes, converted exactly.
+inline fn blockF16x8(src: []const u8, comptime stride: usize, comptime off: usize) @Vector(8, f32) {
+    var h: [8]u16 = undefined;
+    inline for (0..8) |b| h[b] = std.mem.readInt(u16, src[stride * b + off ..][0..2], .little);
+    return f16Vec(8, h);
+}
+
+/// Decodes one full chunk (chunkBytes(t) bytes, natural layout) into lane-major order.
+inline fn decodeFullChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out: *[256]f32) void {
+    const B = @Vector(64, u8);
+    const zero: V32f = @splat(0);
+    switch (t) {
+        .f32, .f16, .bf16 => decodeDenseChunk(t, src, out),
+        .q8_0 => {
+            var g: [4]B = undefined;
+            inline for (0..4) |k| g[k] = concat(u8, 32, load(u8, 32, src[68 * k + 2 ..]), load(u8, 32, src[68 * k + 36 ..]));
+            const d = perLane(8, blockF16x8(src, 34, 0));
+            emit(i8, lanesFromGroups(g), d, .none, zero, out);
+        },
+        .q4_0, .iq4_nl => {
+            var g: [4]B = undefined;
+            inline for (0..4) |k| {
+                const nib = nibblePairs(load(u8, 16, src[36 * k + 2 ..]), load(u8, 16, src[36 * k + 20 ..]));
+                g[k] = if (t == .q4_0) nib -% splat64(8) else lookupIq4(nib);
+            }
+            const d = perLane(8, blockF16x8(src, 18, 0));
+            emit(i8, lanesFromGroups(g), d, .none, zero, out);
+        },
+        .q5_0, .q5_1 => {
+            const bb = comptime of(t).block_bytes;
+            const qh_off = if (t == .q5_0) 2 else 4;
+            var g: [4]B = undefined;
+            inline for (0..4) |k| {
+                const p0 = src[2 * bb * k ..];
+                const p1 = src[2 * bb * k + bb ..];
+                const nib = nibblePairs(load(u8, 16, p0[qh_off + 4 ..]), load(u8, 16, p1[qh_off + 4 ..]));
+                const qh = concat(u8, 4, load(u8, 4, p0[qh_off..]), load(u8, 4, p1[qh_off..]));
+                const q = nib | highBitsPair(qh);
+                g[k] = if (t == .q5_0) q -% splat64(16) else q;
+            }
+            const d = perLane(8, blockF16x8(src, bb, 0));
+            if (t == .q5_0) {
+                emit(i8, lanesFromGroups(g), d, .none, zero, out);
+            } else {
+                emit(u8, lanesFromGroups(g), d, .add, perLane(8, blockF16x8(src, bb, 2)), out);
+            }
+        },
+        .q2_k => {
+            const sc: @Vector(16, u8) = load(u8, 16, src[0..]);
+            const d = f16At(src, 80);
+            const dmin = f16At(src, 82);
+            const dl = @as(@Vector(16, f32), @splat(d)) * @as(@Vector(16, f32), @floatFromInt(sc & @as(@Vector(16, u8), @splat(0xf))));
+            const ml = @as(@Vector(16, f32), @splat(dmin)) * @as(@Vector(16, f32), @floatFromInt(sc >> @splat(4)));
+            var g: [4]B = undefined;
+            inline for (0..4) |k| {
+                const qs: @Vector(32, u8) = load(u8, 32, src[16 + 32 * (k / 2) ..]);
+                const s0: u3 = 4 * (k % 2);
+                g[k] = concat(u8, 32, qs >> @splat(s0), qs >> @splat(s0 + 2)) & splat64(3);
+            }
+            emit(u8, lanesFromGroups(g), perLane(16, dl), .sub, perLane(16, ml), out);
+        },
+        .q3_k => {
+            // 16 six-bit scales: low nibble from byte j%8 (low half for j<8), 2 high bits from byte 8+j%4.
+            const b: @Vector(12, u8) = load(u8, 12, src[96..]);
+            comptime var lm: [16]i32 = undefined;
+            comptime var hm: [16]i32 = undefined;
+            comptime var hs: [16]u8 = undefined;
+            comptime var lsh: [16]u8 = undefined;
+            inline for (0..16) |j| {
+                lm[j] = j % 8;
+                lsh[j] = if (j < 8) 0 else 4;
+                hm[j] = 8 + j % 4;
+                hs[j] = 2 * (j / 4);
+            }
+            const V16 = @Vector(16, u8);
+            const lo = (@shuffle(u8, b, undefined, lm) >> @as(V16, lsh)) & @as(V16, @splat(0xf));
+            const hi = (@shuffle(u8, b, undefined, hm) >> @as(V16, hs)) & @as(V16, @splat(3));
+            const s6: @Vector(16, i32) = lo | (hi << @splat(4));
+            const d = f16At(src, 108);
+            const dl = @as(@Vector(16, f32), @splat(d)) * @as(@Vector(16, f32), @floatFromInt(s6 - @as(@Vector(16, i32), @splat(32))));
+            const hmask: @Vector(32, u8) = load(u8, 32, src[0..]);
+            var g: [4]B = undefined;
+            inline for (0..4) |k| {
+                const qs: @Vector(32, u8) = load(u8, 32, src[32 + 32 * (k / 2) ..]);
+                const s0: u3 = 4 * (k % 2);
+                const q2 = concat(u8, 32, qs >> @splat(s0), qs >> @splat(s0 + 2)) & splat64(3);
+                const hb = concat(u8, 32, hmask >> @splat(2 * k), hmask >> @splat(2 * k + 1)) & splat64(1);
+                g[k] = (q2 | (hb << @splat(2))) -% splat64(4);
+            }
+            emit(i8, lanesFromGroups(g), perLane(16, dl), .none, zero, out);
+        },
+        .q4_k, .q5_k => {
+            const b: @Vector(12, u8) = load(u8, 12, src[4..]);
+            const V8 = @Vector(8, u8);
+            const first: @Vector(8, bool) = .{ true, true, true, true, false, false, false, false };
+            const p = @shuffle(u8, b, undefined, [8]i32{ 0, 1, 2, 3, 0, 1, 2, 3 }); // byte j%4
+            const r = @shuffle(u8, b, undefined, [8]i32{ 4, 5, 6, 7, 4, 5, 6, 7 }); // byte 4+j%4
+            const q = @shuffle(u8, b, undefined, [8]i32{ 8, 9, 10, 11, 8, 9, 10, 11 }); // byte 8+j%4
+            const m63: V8 = @splat(63);
+            const m15: V8 = @splat(15);
+            const sc = @select(u8, first, p & m63, (q & m15) | ((p >> @splat(6)) << @splat(4)));
+            const mn = @select(u8, first, r & m63, (q >> @splat(4)) | ((r >> @splat(6)) << @splat(4)));
+            const d = f16At(src, 0);
+            const dmin = f16At(src, 2);
+            const d1 = @as(@Vector(8, f32), @splat(d)) * @as(@Vector(8, f32), @floatFromInt(sc));
+            const m1 = @as(@Vector(8, f32), @splat(dmin)) * @as(@Vector(8, f32), @floatFromInt(mn));
+            const qs_off = if (t == .q4_k) 16 else 48;
+            var g: [4]B = undefined;
+            inline for (0..4) |k| {
+                const qs: @Vector(32, u8) = load(u8, 32, src[qs_off + 32 * k ..]);
+                g[k] = concat(u8, 32, qs & @as(@Vector(32, u8), @splat(0xf)), qs >> @splat(4));
+                if (t == .q5_k) {
+                    const qh: @Vector(32, u8) = load(u8, 32, src[16..]);
+                    const hb = concat(u8, 32, qh >> @splat(2 * k), qh >> @splat(2 * k + 1)) & splat64(1);
+                    g[k] |= hb << @splat(4);
+                }
+            }
+            emit(u8, lanesFromGroups(g), perLane(8, d1), .sub, perLane(8, m1), out);
+        },
+        .q6_k => {
+            const sc: @Vector(16, i8) = load(i8, 16, src[192..]);
+            const d = f16At(src, 208);
+            const dl = @as(@Vector(16, f32), @splat(d)) * @as(@Vector(16, f32), @floatFromInt(sc));
+            var g: [4]B = undefined;
+            inline for (0..4) |k| {
+                const n = k / 2;
+                const s0: u3 = 4 * (k % 2);
+                const ql: B = load(u8, 64, src[64 * n ..]);
+                const qh: @Vector(32, u8) = load(u8, 32, src[128 + 32 * n ..]);
+                const lo = (ql >> @splat(s0)) & splat64(0xf);
+                const hi = concat(u8, 32, qh >> @splat(s0), qh >> @splat(s0 + 2)) & splat64(3);
+                g[k] = (lo | (hi << @splat(4))) -% splat64(32);
+            }
+            emit(i8, lanesFromGroups(g), perLane(16, dl), .none, zero, out);
+        },
+        .iq4_xs => {
+            const d = f16At(src, 0);
+            const sh = std.mem.readInt(u16, src[2..4], .little);
+            const sl: @Vector(4, u8) = load(u8, 4, src[4..]);
+            const V8 = @Vector(8, u8);
+            const lo = (@shuffle(u8, sl, undefined, [8]i32{ 0, 0, 1, 1, 2, 2, 3, 3 }) >> V8{ 0, 4, 0, 4, 0, 4, 0, 4 }) & @as(V8, @splat(0xf));
+            const hi = (@as(@Vector(8, u16), @splat(sh)) >> @Vector(8, u16){ 0, 2, 4, 6, 8, 10, 12, 14 }) & @as(@Vector(8, u16), @splat(3));
+            const ls: @Vector(8, i32) = @as(@Vector(8, i32), lo) | (@as(@Vector(8, i32), @intCast(hi)) << @splat(4));
+            const dl = @as(@Vector(8, f32), @splat(d)) * @as(@Vector(8, f32), @floatFromInt(ls - @as(@Vector(8, i32), @splat(32))));
+            var g: [4]B = undefined;
+            inline for (0..4) |k| g[k] = lookupIq4(nibblePairs(load(u8, 16, src[8 + 32 * k ..]), load(u8, 16, src[24 + 32 * k ..])));
+            emit(i8, lanesFromGroups(g), perLane(8, dl), .none, zero, out);
+        },
+    }
+}
+
+/// Dense chunk (F32/F16/BF16): transpose the 16/32-bit patterns per 64-element group, then convert
+/// 16 at a time (two steps of the group's 8 lanes).
+inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out: *[256]f32) void {
+    const E = if (t == .f32) u32 else u16;
+    inline for (0..4) |k| {
+        const tr = @shuffle(E, load(E, 64, src[64 * @sizeOf(E) * k ..]), undefined, transpose8x8);
+        inline for (0..4) |p| {
+            comptime var m: [16]i32 = undefined;
+            inline for (0..16) |j| m[j] = 16 * p + j;
+            const x: @Vector(16, E) = @shuffle(E, tr, undefined, m);
+            const v: @Vector(16, f32) = switch (t) {
+                .f32 => @bitCast(x),
+                .f16 => f16Vec(16, x),
+                .bf16 => @bitCast(@as(@Vector(16, u32), x) << @splat(16)),
+                else => unreachable,
+            };
+            out[32 * (2 * p) + 8 * k ..][0..8].* = half(f32, 8, v, false);
+            out[32 * (2 * p + 1) + 8 * k ..][0..8].* = half(f32, 8, v, true);
+        }
+    }
+}
+
+/// Decodes elements [256*chunk, 256*chunk+256) of one weight row (row = the row's bytes; k = values in
+/// the row) into out in lane-major order: out[32*i + l] = element (256*chunk + 8*l + i), for lane l in
+/// 0..32, step i in 0..8. Elements at or past k are +0.0. Equals decodeBlock bit for bit.
+/// Requires row.len == rowBytes(t, k) and 256*chunk < k.
+pub inline fn chunkLanes(comptime t: Type, row: []const u8, chunk: usize, k: usize, out: *[256]f32) void {
+    // Inlined into the kernel's loop; its shuffle masks are built at comptime there.
+    @setEvalBranchQuota(100_000);
+    const f = comptime of(t);
+    const cb = comptime chunkBytes(t);
+    const start = 256 * chunk;
+    std.debug.assert(start < k and k % f.block_values == 0);
+    std.debug.assert(row.len == k / f.block_values * f.block_bytes);
+    const off = chunk * cb;
+    if (start + 256 <= k) return decodeFullChunk(t, row[off..][0..cb], out);
+    // Partial last chunk: decode a zero-padded copy, then force the missing elements to +0.0
+    // (a zero block can decode to -0.0, e.g. Q4_0 gives 0·(0−8)).
+    const valid = k - start;
+    var buf: [cb]u8 = @splat(0);
+    const nbytes = valid / f.block_values * f.block_bytes;
+    @memcpy(buf[0..nbytes], row[off..][0..nbytes]);
+    decodeFullChunk(t, &buf, out);
+    const lane8: @Vector(32, u32) = comptime blk: {
+        var v: [32]u32 = undefined;
+        for (0..32) |l| v[l] = 8 * l;
+        break :blk v;
+    };
+    inline for (0..8) |i| {
+        const keep = lane8 + @as(@Vector(32, u32), @splat(i)) < @as(@Vector(32, u32), @splat(@intCast(valid)));
+        out[32 * i ..][0..32].* = @select(f32, keep, @as(V32f, out[32 * i ..][0..32].*), @as(V32f, @splat(0)));
+    }
+}
+
+/// Simple reference for decodeChunkLanes (natural decode, then transpose); used by the tests.
+fn decodeChunkLanesRef(comptime t: Type, row: []const u8, chunk: usize, k: usize, out: *[256]f32) void {
+    const f = comptime of(t);
+    var nat: [256]f32 = @splat(0);
+    const start = 256 * chunk;
+    const valid = @min(256, k - start);
+    const nblocks = valid / f.block_values;
+    const first = start / f.block_values;
+    for (0..nblocks) |b| {
+        formats.decodeBlock(t, row[(first + b) * f.block_bytes ..][0..f.block_bytes], nat[b * f.block_values ..][0..f.block_values]);
+    }
+    for (0..32) |l| for (0..8) |i| {
+        out[32 * i + l] = nat[8 * l + i];
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+const testing = std.testing;
+
+test "f16Vec and f16VecInt equal f16ToF32 on all 65536 patterns" {
+    var h: u32 = 0;
+    while (h < 65536) : (h += 64) {
+        var v: [64]u16 = undefined;
+        for (0..64) |j| v[j] = @intCast(h + j);
+        const got: [64]f32 = f16Vec(64, v);
+        const got_int: [64]f32 = f16VecInt(64, v);
+        for (0..64) |j| {
+            try formats.expectBits(.f16, "f16Vec", h + j, @bitCast(f16ToF32(v[j])), got[j]);
+            try formats.expectBits(.f16, "f16VecInt", h + j, @bitCast(f16ToF32(v[j])), got_int[j]);
+        }
+    }
+    // Spot values of the scalar conversion itself (independent of the fixture).
+    try testing.expectEqual(@as(u32, 0x7f802000), @as(u32, @bitCast(f16ToF32(0x7c01))));
+    try testing.expectEqual(@as(u32, 0x33800000), @as(u32, @bitCast(f16ToF32(0x0001))));
+    try testing.expectEqual(@as(u32, 0x80000000), @as(u32, @bitCast(f16ToF32(0x8000))));
+    try testing.expectEqual(@as(u32, 0x477fe000), @as(u32, @bitCast(f16ToF32(0x7bff))));
+}
+
+/// Random row of `k` values of type t (see randomizeRow, .wide scales) in buf.
+fn randomRow(comptime t: Type, r: std.Random, k: usize, buf: []u8) []u8 {
+    const f = comptime of(t);
+    const row = buf[0 .. k / f.block_values * f.block_bytes];
+    formats.randomizeRow(t, r, row, .wide);
+    return row;
+}
+
+fn checkLanes(comptime t: Type, row: []const u8, k: usize) !void {
+    const nchunks = (k + 255) / 256;
+    for (0..nchunks) |c| {
+        var want: [256]f32 = undefined;
+        var got: [256]f32 = undefined;
+        decodeChunkLanesRef(t, row, c, k, &want);
+        // Elements past k must be +0.0.
+        for (0..32) |l| for (0..8) |i| {
+            if (256 * c + 8 * l + i >= k) try testing.expectEqual(@as(u32, 0), @as(u32, @bitCast(want[32 * i + l])));
+        };
+        @memset(&got, std.math.nan(f32));
+        chunkLanes(t, row, c, k, &got);
+        for (0..256) |p| {
+            if (@as(u32, @bitCast(want[p])) != @as(u32, @bitCast(got[p]))) {
+                std.debug.print("{s} k={d} chunk {d}: out[{d}] (lane {d}, step {d}) expected 0x{x:0>8}, got 0x{x:0>8}\n", .{ @tagName(t), k, c, p, p % 32, p / 32, @as(u32, @bitCast(want[p])), @as(u32, @bitCast(got[p])) });
+                return error.TestExpectedEqual;
+            }
+        }
+    }
+}
+
+test "the reference lane decoder is the transpose of decodeRow" {
+    var prng = std.Random.DefaultPrng.init(3);
+    var buf: [1152 * 2]u8 = undefined;
+    const row = randomRow(.q8_0, prng.random(), 1152, &buf);
+    var nat: [1152]f32 = undefined;
+    try formats.decodeRow(.q8_0, row, &nat);
+    var out: [256]f32 = undefined;
+    decodeChunkLanesRef(.q8_0, row, 4, 1152, &out);
+    for (0..32) |l| for (0..8) |i| {
+        const e = 1024 + 8 * l + i;
+        const want: u32 = if (e < 1152) @bitCast(nat[e]) else 0;
+        try testing.expectEqual(want, @as(u32, @bitCast(out[32 * i + l])));
+    };
+}
+
+test "chunkLanes equals the transposed decodeBlock output bit for bit" {
+    var prng = std.Random.DefaultPrng.init(0x1a2b3c);
+    const r = prng.random();
+    const buf = try testing.allocator.alloc(u8, 4 * 65536);
+    defer testing.allocator.free(buf);
+    inline for (formats.all) |f| {
+        const t = f.type;
+        const ks: []const usize = switch (f.block_values) {
+            1 => &.{ 1, 7, 8, 9, 255, 256, 257, 300, 1000, 1152, 2816 },
+            32 => &.{ 32, 64, 224, 256, 288, 1152, 2816, 4096 + 96 },
+            else => &.{ 256, 512, 2816 },
+        };
+        for (0..4) |_| for (ks) |k| try checkLanes(t, randomRow(t, r, k, buf), k);
+        // Extreme code bytes (all 0x00 / all 0xFF) with random finite scales.
+        for ([_]u8{ 0x00, 0xff }) |fill| {
+            const k: usize = 512;
+            const row = randomRow(t, r, k, buf);
+            if (f.block_values > 1) {
+                var b: usize = 0;
+                while (b < row.len) : (b += f.block_bytes) {
+                    for (0..f.block_bytes) |j| {
+                        if (j == f.d_offset or j == f.d_offset + 1) continue;
+                        if (f.m_offset) |m| if (j == m or j == m + 1) continue;
+                        row[b + j] = fill;
+                    }
+                }
+            }
+            try checkLanes(t, row, k);
+        }
+    }
+    // Every 16-bit pattern through the dense lane decoders.
+    inline for (.{ Type.f16, Type.bf16 }) |t| {
+        const row = buf[0 .. 2 * 65536];
+        for (0..65536) |h| std.mem.writeInt(u16, row[2 * h ..][0..2], @intCast(h), .little);
+        try checkLanes(t, row, 65536);
+    }
+}
+
