@@ -2,7 +2,7 @@
 //! (hf2q-head-spec.md §4): the size/offset table, the scalar reference decoders (bit-exact
 //! with gguf-py's numpy dequantization) and the lane-major chunk decoder used by the CPU kernel.
 const std = @import("std");
-const builtin = @import("builtin");
+const lanes = @import("lanes.zig");
 
 /// ggml type ids (ggml.h `enum ggml_type`).
 pub const Type = enum(u32) {
@@ -22,6 +22,46 @@ pub const Type = enum(u32) {
     bf16 = 30,
 };
 
+/// Block layouts, field for field as ggml-common.h defines them: the one place each
+/// field's offset and size is written. Every field is bytes (f16 fields hold the bit
+/// pattern, little-endian), so the structs have no padding and their size is the block's.
+pub const blocks = struct {
+    pub const F32 = extern struct { value: [4]u8 };
+    pub const F16 = extern struct { value: [2]u8 };
+    pub const BF16 = extern struct { value: [2]u8 };
+    pub const Q4_0 = extern struct { d: [2]u8, qs: [16]u8 };
+    pub const Q5_0 = extern struct { d: [2]u8, qh: [4]u8, qs: [16]u8 };
+    pub const Q5_1 = extern struct { d: [2]u8, m: [2]u8, qh: [4]u8, qs: [16]u8 };
+    pub const Q8_0 = extern struct { d: [2]u8, qs: [32]u8 };
+    pub const IQ4_NL = extern struct { d: [2]u8, qs: [16]u8 };
+    pub const Q2_K = extern struct { scales: [16]u8, qs: [64]u8, d: [2]u8, dmin: [2]u8 };
+    pub const Q3_K = extern struct { hmask: [32]u8, qs: [64]u8, scales: [12]u8, d: [2]u8 };
+    pub const Q4_K = extern struct { d: [2]u8, dmin: [2]u8, scales: [12]u8, qs: [128]u8 };
+    pub const Q5_K = extern struct { d: [2]u8, dmin: [2]u8, scales: [12]u8, qh: [32]u8, qs: [128]u8 };
+    pub const Q6_K = extern struct { ql: [128]u8, qh: [64]u8, scales: [16]u8, d: [2]u8 };
+    pub const IQ4_XS = extern struct { d: [2]u8, scales_h: [2]u8, scales_l: [4]u8, qs: [128]u8 };
+};
+
+/// The block layout of a type.
+pub fn Block(comptime t: Type) type {
+    return switch (t) {
+        .f32 => blocks.F32,
+        .f16 => blocks.F16,
+        .bf16 => blocks.BF16,
+        .q4_0 => blocks.Q4_0,
+        .q5_0 => blocks.Q5_0,
+        .q5_1 => blocks.Q5_1,
+        .q8_0 => blocks.Q8_0,
+        .iq4_nl => blocks.IQ4_NL,
+        .q2_k => blocks.Q2_K,
+        .q3_k => blocks.Q3_K,
+        .q4_k => blocks.Q4_K,
+        .q5_k => blocks.Q5_K,
+        .q6_k => blocks.Q6_K,
+        .iq4_xs => blocks.IQ4_XS,
+    };
+}
+
 pub const Format = struct {
     type: Type,
     /// ggml name, e.g. "Q6_K", "F32".
@@ -38,23 +78,49 @@ pub const Format = struct {
     tied_head: bool,
 };
 
+/// One table entry, its sizes and offsets taken from the block layout.
+fn entry(comptime t: Type, comptime name: []const u8, comptime block_values: u32, comptime tied_head: bool) Format {
+    const B = Block(t);
+    return .{
+        .type = t,
+        .name = name,
+        .block_values = block_values,
+        .block_bytes = @sizeOf(B),
+        .d_offset = if (@hasField(B, "d")) @offsetOf(B, "d") else 0,
+        .m_offset = if (@hasField(B, "dmin")) @offsetOf(B, "dmin") else if (@hasField(B, "m")) @offsetOf(B, "m") else null,
+        .head = true,
+        .tied_head = tied_head,
+    };
+}
+
 /// Every format, in ggml type-id order.
 pub const all = [_]Format{
-    .{ .type = .f32, .name = "F32", .block_values = 1, .block_bytes = 4, .d_offset = 0, .m_offset = null, .head = true, .tied_head = true },
-    .{ .type = .f16, .name = "F16", .block_values = 1, .block_bytes = 2, .d_offset = 0, .m_offset = null, .head = true, .tied_head = true },
-    .{ .type = .q4_0, .name = "Q4_0", .block_values = 32, .block_bytes = 18, .d_offset = 0, .m_offset = null, .head = true, .tied_head = true },
-    .{ .type = .q5_0, .name = "Q5_0", .block_values = 32, .block_bytes = 22, .d_offset = 0, .m_offset = null, .head = true, .tied_head = false },
-    .{ .type = .q5_1, .name = "Q5_1", .block_values = 32, .block_bytes = 24, .d_offset = 0, .m_offset = 2, .head = true, .tied_head = false },
-    .{ .type = .q8_0, .name = "Q8_0", .block_values = 32, .block_bytes = 34, .d_offset = 0, .m_offset = null, .head = true, .tied_head = true },
-    .{ .type = .q2_k, .name = "Q2_K", .block_values = 256, .block_bytes = 84, .d_offset = 80, .m_offset = 82, .head = true, .tied_head = true },
-    .{ .type = .q3_k, .name = "Q3_K", .block_values = 256, .block_bytes = 110, .d_offset = 108, .m_offset = null, .head = true, .tied_head = false },
-    .{ .type = .q4_k, .name = "Q4_K", .block_values = 256, .block_bytes = 144, .d_offset = 0, .m_offset = 2, .head = true, .tied_head = true },
-    .{ .type = .q5_k, .name = "Q5_K", .block_values = 256, .block_bytes = 176, .d_offset = 0, .m_offset = 2, .head = true, .tied_head = true },
-    .{ .type = .q6_k, .name = "Q6_K", .block_values = 256, .block_bytes = 210, .d_offset = 208, .m_offset = null, .head = true, .tied_head = true },
-    .{ .type = .iq4_nl, .name = "IQ4_NL", .block_values = 32, .block_bytes = 18, .d_offset = 0, .m_offset = null, .head = true, .tied_head = false },
-    .{ .type = .iq4_xs, .name = "IQ4_XS", .block_values = 256, .block_bytes = 136, .d_offset = 0, .m_offset = null, .head = true, .tied_head = false },
-    .{ .type = .bf16, .name = "BF16", .block_values = 1, .block_bytes = 2, .d_offset = 0, .m_offset = null, .head = true, .tied_head = true },
+    entry(.f32, "F32", 1, true),
+    entry(.f16, "F16", 1, true),
+    entry(.q4_0, "Q4_0", 32, true),
+    entry(.q5_0, "Q5_0", 32, false),
+    entry(.q5_1, "Q5_1", 32, false),
+    entry(.q8_0, "Q8_0", 32, true),
+    entry(.q2_k, "Q2_K", 256, true),
+    entry(.q3_k, "Q3_K", 256, false),
+    entry(.q4_k, "Q4_K", 256, true),
+    entry(.q5_k, "Q5_K", 256, true),
+    entry(.q6_k, "Q6_K", 256, true),
+    entry(.iq4_nl, "IQ4_NL", 32, false),
+    entry(.iq4_xs, "IQ4_XS", 256, false),
+    entry(.bf16, "BF16", 1, true),
 };
+
+comptime {
+    // ggml's block sizes (ggml-common.h static asserts), and the canonical chunk of
+    // numerics/lanes.zig: a whole number of blocks, and each lane's 8 values share one scale.
+    const expected_bytes = .{ .f32 = 4, .f16 = 2, .q4_0 = 18, .q5_0 = 22, .q5_1 = 24, .q8_0 = 34, .q2_k = 84, .q3_k = 110, .q4_k = 144, .q5_k = 176, .q6_k = 210, .iq4_nl = 18, .iq4_xs = 136, .bf16 = 2 };
+    for (all) |f| {
+        std.debug.assert(f.block_bytes == @field(expected_bytes, @tagName(f.type)));
+        std.debug.assert(lanes.chunk_values % f.block_values == 0);
+        std.debug.assert(f.block_values == 1 or f.block_values % lanes.values_per_lane == 0);
+    }
+}
 
 /// The table entry for a ggml type id, or null for ids not in the table.
 pub fn format(type_id: u32) ?Format {
@@ -113,8 +179,9 @@ pub fn bf16ToF32(h: u16) f32 {
     return @bitCast(@as(u32, h) << 16);
 }
 
-inline fn rdF16(src: []const u8, off: usize) f32 {
-    return f16ToF32(std.mem.readInt(u16, src[off..][0..2], .little));
+/// An f16 field, converted exactly.
+pub inline fn half(field: [2]u8) f32 {
+    return f16ToF32(std.mem.readInt(u16, &field, .little));
 }
 
 inline fn fi(x: i32) f32 {
@@ -161,135 +228,120 @@ fn k4ScaleMin(sc: *const [12]u8, j: usize) struct { sc: u8, m: u8 } {
 /// The integer parts (q−8, s−32, …) are computed in i32 and converted to f32 exactly. Orders match
 /// gguf-py's numpy code exactly (it is the fixture); ggml's C reference uses the same orders.
 pub fn decodeBlock(comptime t: Type, src: *const [of(t).block_bytes]u8, dst: *[of(t).block_values]f32) void {
+    const b: *const Block(t) = @ptrCast(src);
     switch (t) {
-        .f32 => dst[0] = @bitCast(std.mem.readInt(u32, src, .little)),
-        .f16 => dst[0] = f16ToF32(std.mem.readInt(u16, src, .little)),
-        .bf16 => dst[0] = bf16ToF32(std.mem.readInt(u16, src, .little)),
-        .q4_0 => {
-            const d = rdF16(src, 0);
-            for (0..16) |j| {
-                const b = src[2 + j];
-                dst[j] = d * fi(@as(i32, b & 0xf) - 8);
-                dst[j + 16] = d * fi(@as(i32, b >> 4) - 8);
-            }
+        .f32 => dst[0] = @bitCast(std.mem.readInt(u32, &b.value, .little)),
+        .f16 => dst[0] = half(b.value),
+        .bf16 => dst[0] = bf16ToF32(std.mem.readInt(u16, &b.value, .little)),
+        .q4_0, .iq4_nl => decodeNibbles(t, b, dst),
+        .q5_0, .q5_1 => decodeQ5(t, b, dst),
+        .q8_0 => for (0..32) |j| {
+            dst[j] = half(b.d) * fi(@as(i8, @bitCast(b.qs[j])));
         },
-        .q5_0 => {
-            const d = rdF16(src, 0);
-            const qh = std.mem.readInt(u32, src[2..6], .little);
-            for (0..16) |j| {
-                const b = src[6 + j];
-                const h0: i32 = @intCast((qh >> @intCast(j)) & 1);
-                const h1: i32 = @intCast((qh >> @intCast(j + 16)) & 1);
-                dst[j] = d * fi((@as(i32, b & 0xf) | (h0 << 4)) - 16);
-                dst[j + 16] = d * fi((@as(i32, b >> 4) | (h1 << 4)) - 16);
-            }
-        },
-        .q5_1 => {
-            const d = rdF16(src, 0);
-            const m = rdF16(src, 2);
-            const qh = std.mem.readInt(u32, src[4..8], .little);
-            for (0..16) |j| {
-                const b = src[8 + j];
-                const h0: i32 = @intCast((qh >> @intCast(j)) & 1);
-                const h1: i32 = @intCast((qh >> @intCast(j + 16)) & 1);
-                dst[j] = d * fi(@as(i32, b & 0xf) | (h0 << 4)) + m;
-                dst[j + 16] = d * fi(@as(i32, b >> 4) | (h1 << 4)) + m;
-            }
-        },
-        .q8_0 => {
-            const d = rdF16(src, 0);
-            for (0..32) |j| dst[j] = d * fi(@as(i8, @bitCast(src[2 + j])));
-        },
-        .iq4_nl => {
-            const d = rdF16(src, 0);
-            for (0..16) |j| {
-                const b = src[2 + j];
-                dst[j] = d * fi(iq4_values[b & 0xf]);
-                dst[j + 16] = d * fi(iq4_values[b >> 4]);
-            }
-        },
-        .q2_k => {
-            const scales = src[0..16];
-            const qs = src[16..80];
-            const d = rdF16(src, 80);
-            const dmin = rdF16(src, 82);
-            for (0..256) |e| {
-                const n = e / 128;
-                const c = (e % 128) / 32;
-                const l = e % 32;
-                const q: i32 = (qs[32 * n + l] >> @intCast(2 * c)) & 3;
-                const s = scales[e / 16];
-                const dl = d * fi(s & 0xf);
-                const ml = dmin * fi(s >> 4);
-                dst[e] = dl * fi(q) - ml;
-            }
-        },
-        .q3_k => {
-            const hmask = src[0..32];
-            const qs = src[32..96];
-            const scales = src[96..108];
-            const d = rdF16(src, 108);
-            for (0..256) |e| {
-                const n = e / 128;
-                const c = (e % 128) / 32;
-                const l = e % 32;
-                const q2: i32 = (qs[32 * n + l] >> @intCast(2 * c)) & 3;
-                const hbit = (hmask[l] >> @intCast(e / 32)) & 1;
-                const q = q2 - @as(i32, if (hbit != 0) 0 else 4);
-                const dl = d * fi(q3kScale(scales, e / 16) - 32);
-                dst[e] = dl * fi(q);
-            }
-        },
-        .q4_k, .q5_k => {
-            const d = rdF16(src, 0);
-            const dmin = rdF16(src, 2);
-            const scales = src[4..16];
-            const qh_off = 16;
-            const qs_off: usize = if (t == .q4_k) 16 else 48;
-            for (0..256) |e| {
-                const n = e / 64;
-                const nib = (e % 64) / 32;
-                const l = e % 32;
-                var q: i32 = (src[qs_off + 32 * n + l] >> @intCast(4 * nib)) & 0xf;
-                if (t == .q5_k) q |= @as(i32, (src[qh_off + l] >> @intCast(e / 32)) & 1) << 4;
-                const sm = k4ScaleMin(scales, e / 32);
-                const d1 = d * fi(sm.sc);
-                const m1 = dmin * fi(sm.m);
-                dst[e] = d1 * fi(q) - m1;
-            }
-        },
-        .q6_k => {
-            const ql = src[0..128];
-            const qh = src[128..192];
-            const scales = src[192..208];
-            const d = rdF16(src, 208);
-            for (0..256) |e| {
-                const n = e / 128;
-                const c = (e % 128) / 32;
-                const l = e % 32;
-                const lo: i32 = (ql[64 * n + 32 * (c & 1) + l] >> @intCast(4 * (c >> 1))) & 0xf;
-                const hi: i32 = (qh[32 * n + l] >> @intCast(2 * c)) & 3;
-                const q = (lo | (hi << 4)) - 32;
-                const sc: i8 = @bitCast(scales[e / 16]);
-                dst[e] = (d * fi(sc)) * fi(q);
-            }
-        },
-        .iq4_xs => {
-            const d = rdF16(src, 0);
-            const scales_h = std.mem.readInt(u16, src[2..4], .little);
-            const scales_l = src[4..8];
-            const qs = src[8..136];
-            for (0..8) |j| {
-                const lo: i32 = (scales_l[j / 2] >> @intCast(4 * (j % 2))) & 0xf;
-                const hi: i32 = (scales_h >> @intCast(2 * j)) & 3;
-                const dl = d * fi((lo | (hi << 4)) - 32);
-                for (0..16) |m| {
-                    const b = qs[16 * j + m];
-                    dst[32 * j + m] = dl * fi(iq4_values[b & 0xf]);
-                    dst[32 * j + m + 16] = dl * fi(iq4_values[b >> 4]);
-                }
-            }
-        },
+        .q2_k => decodeQ2K(b, dst),
+        .q3_k => decodeQ3K(b, dst),
+        .q4_k, .q5_k => decodeQ45K(t, b, dst),
+        .q6_k => decodeQ6K(b, dst),
+        .iq4_xs => decodeIQ4XS(b, dst),
+    }
+}
+
+/// Q4_0 `d·(q−8)` and IQ4_NL `d·K[q]`: element j is the low nibble of qs[j], j+16 the high one.
+fn decodeNibbles(comptime t: Type, b: *const Block(t), dst: *[32]f32) void {
+    const d = half(b.d);
+    for (0..16) |j| {
+        const codes = [2]u8{ b.qs[j] & 0xf, b.qs[j] >> 4 };
+        for (codes, 0..) |q, h| {
+            dst[j + 16 * h] = d * if (t == .q4_0) fi(@as(i32, q) - 8) else fi(iq4_values[q]);
+        }
+    }
+}
+
+/// Q5_0 `d·(q−16)` and Q5_1 `(d·q) + m`, q = nibble | (bit j of qh) << 4.
+fn decodeQ5(comptime t: Type, b: *const Block(t), dst: *[32]f32) void {
+    const d = half(b.d);
+    const qh = std.mem.readInt(u32, &b.qh, .little);
+    for (0..16) |j| {
+        const codes = [2]u8{ b.qs[j] & 0xf, b.qs[j] >> 4 };
+        for (codes, 0..) |nibble, h| {
+            const high: i32 = @intCast((qh >> @intCast(j + 16 * h)) & 1);
+            const q = @as(i32, nibble) | (high << 4);
+            dst[j + 16 * h] = if (t == .q5_0) d * fi(q - 16) else d * fi(q) + half(b.m);
+        }
+    }
+}
+
+fn decodeQ2K(b: *const blocks.Q2_K, dst: *[256]f32) void {
+    const d = half(b.d);
+    const dmin = half(b.dmin);
+    for (0..256) |e| {
+        const n = e / 128;
+        const c = (e % 128) / 32;
+        const l = e % 32;
+        const q: i32 = (b.qs[32 * n + l] >> @intCast(2 * c)) & 3;
+        const s = b.scales[e / 16];
+        const dl = d * fi(s & 0xf);
+        const ml = dmin * fi(s >> 4);
+        dst[e] = dl * fi(q) - ml;
+    }
+}
+
+fn decodeQ3K(b: *const blocks.Q3_K, dst: *[256]f32) void {
+    const d = half(b.d);
+    for (0..256) |e| {
+        const n = e / 128;
+        const c = (e % 128) / 32;
+        const l = e % 32;
+        const q2: i32 = (b.qs[32 * n + l] >> @intCast(2 * c)) & 3;
+        const hbit = (b.hmask[l] >> @intCast(e / 32)) & 1;
+        const q = q2 - @as(i32, if (hbit != 0) 0 else 4);
+        const dl = d * fi(q3kScale(&b.scales, e / 16) - 32);
+        dst[e] = dl * fi(q);
+    }
+}
+
+fn decodeQ45K(comptime t: Type, b: *const Block(t), dst: *[256]f32) void {
+    const d = half(b.d);
+    const dmin = half(b.dmin);
+    for (0..256) |e| {
+        const n = e / 64;
+        const nib = (e % 64) / 32;
+        const l = e % 32;
+        var q: i32 = (b.qs[32 * n + l] >> @intCast(4 * nib)) & 0xf;
+        if (t == .q5_k) q |= @as(i32, (b.qh[l] >> @intCast(e / 32)) & 1) << 4;
+        const sm = k4ScaleMin(&b.scales, e / 32);
+        const d1 = d * fi(sm.sc);
+        const m1 = dmin * fi(sm.m);
+        dst[e] = d1 * fi(q) - m1;
+    }
+}
+
+fn decodeQ6K(b: *const blocks.Q6_K, dst: *[256]f32) void {
+    const d = half(b.d);
+    for (0..256) |e| {
+        const n = e / 128;
+        const c = (e % 128) / 32;
+        const l = e % 32;
+        const lo: i32 = (b.ql[64 * n + 32 * (c & 1) + l] >> @intCast(4 * (c >> 1))) & 0xf;
+        const hi: i32 = (b.qh[32 * n + l] >> @intCast(2 * c)) & 3;
+        const q = (lo | (hi << 4)) - 32;
+        const sc: i8 = @bitCast(b.scales[e / 16]);
+        dst[e] = (d * fi(sc)) * fi(q);
+    }
+}
+
+fn decodeIQ4XS(b: *const blocks.IQ4_XS, dst: *[256]f32) void {
+    const d = half(b.d);
+    const scales_h = std.mem.readInt(u16, &b.scales_h, .little);
+    for (0..8) |j| {
+        const lo: i32 = (b.scales_l[j / 2] >> @intCast(4 * (j % 2))) & 0xf;
+        const hi: i32 = (scales_h >> @intCast(2 * j)) & 3;
+        const dl = d * fi((lo | (hi << 4)) - 32);
+        for (0..16) |m| {
+            const q = b.qs[16 * j + m];
+            dst[32 * j + m] = dl * fi(iq4_values[q & 0xf]);
+            dst[32 * j + m + 16] = dl * fi(iq4_values[q >> 4]);
+        }
     }
 }
 

@@ -205,161 +205,166 @@ inline fn highBitsPair(qh8: @Vector(8, u8)) @Vector(64, u8) {
     return @select(u8, set, splat64(16), splat64(0));
 }
 
-/// Branch-free exact f16 → f32 of the f16 field at src[off..off+2] (same bits as f16ToF32).
-inline fn f16At(src: []const u8, comptime off: usize) f32 {
-    const v: @Vector(2, u16) = .{ std.mem.readInt(u16, src[off..][0..2], .little), 0 };
-    return f16Vec(2, v)[0];
+/// Decodes one full chunk (chunkBytes(t) bytes, natural layout) into lane-major order.
+inline fn decodeFullChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out: *[256]f32) void {
+    const Blocks = [lanes.chunk_values / of(t).block_values]formats.Block(t);
+    const bs: *const Blocks = @ptrCast(src);
+    switch (t) {
+        .f32, .f16, .bf16 => decodeDenseChunk(t, src, out),
+        .q8_0 => chunkQ8_0(bs, out),
+        .q4_0, .iq4_nl => chunkNibbles(t, bs, out),
+        .q5_0, .q5_1 => chunkQ5(t, bs, out),
+        .q2_k => chunkQ2K(&bs[0], out),
+        .q3_k => chunkQ3K(&bs[0], out),
+        .q4_k, .q5_k => chunkQ45K(t, &bs[0], out),
+        .q6_k => chunkQ6K(&bs[0], out),
+        .iq4_xs => chunkIQ4XS(&bs[0], out),
+    }
 }
 
-/// f16 fields at `off` of 8 consecutive blocks of `stride` bytes, converted exactly.
-inline fn blockF16x8(src: []const u8, comptime stride: usize, comptime off: usize) @Vector(8, f32) {
+const B64 = @Vector(64, u8);
+const zero_scale: V32f = @splat(0);
+
+/// f16 fields `name` of 8 consecutive blocks, converted exactly.
+inline fn halves8(comptime B: type, bs: *const [8]B, comptime name: []const u8) @Vector(8, f32) {
     var h: [8]u16 = undefined;
-    inline for (0..8) |b| h[b] = std.mem.readInt(u16, src[stride * b + off ..][0..2], .little);
+    inline for (0..8) |j| h[j] = std.mem.readInt(u16, &@field(bs[j], name), .little);
     return f16Vec(8, h);
 }
 
-/// Decodes one full chunk (chunkBytes(t) bytes, natural layout) into lane-major order.
-inline fn decodeFullChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out: *[256]f32) void {
-    const B = @Vector(64, u8);
-    const zero: V32f = @splat(0);
-    switch (t) {
-        .f32, .f16, .bf16 => decodeDenseChunk(t, src, out),
-        .q8_0 => {
-            var g: [4]B = undefined;
-            inline for (0..4) |k| g[k] = concat(u8, 32, load(u8, 32, src[68 * k + 2 ..]), load(u8, 32, src[68 * k + 36 ..]));
-            const d = perLane(8, blockF16x8(src, 34, 0));
-            emit(i8, lanesFromGroups(g), d, .none, zero, out);
-        },
-        .q4_0, .iq4_nl => {
-            var g: [4]B = undefined;
-            inline for (0..4) |k| {
-                const nib = nibblePairs(load(u8, 16, src[36 * k + 2 ..]), load(u8, 16, src[36 * k + 20 ..]));
-                g[k] = if (t == .q4_0) nib -% splat64(8) else lookupIq4(nib);
-            }
-            const d = perLane(8, blockF16x8(src, 18, 0));
-            emit(i8, lanesFromGroups(g), d, .none, zero, out);
-        },
-        .q5_0, .q5_1 => {
-            const bb = comptime of(t).block_bytes;
-            const qh_off = if (t == .q5_0) 2 else 4;
-            var g: [4]B = undefined;
-            inline for (0..4) |k| {
-                const p0 = src[2 * bb * k ..];
-                const p1 = src[2 * bb * k + bb ..];
-                const nib = nibblePairs(load(u8, 16, p0[qh_off + 4 ..]), load(u8, 16, p1[qh_off + 4 ..]));
-                const qh = concat(u8, 4, load(u8, 4, p0[qh_off..]), load(u8, 4, p1[qh_off..]));
-                const q = nib | highBitsPair(qh);
-                g[k] = if (t == .q5_0) q -% splat64(16) else q;
-            }
-            const d = perLane(8, blockF16x8(src, bb, 0));
-            if (t == .q5_0) {
-                emit(i8, lanesFromGroups(g), d, .none, zero, out);
-            } else {
-                emit(u8, lanesFromGroups(g), d, .add, perLane(8, blockF16x8(src, bb, 2)), out);
-            }
-        },
-        .q2_k => {
-            const sc: @Vector(16, u8) = load(u8, 16, src[0..]);
-            const d = f16At(src, 80);
-            const dmin = f16At(src, 82);
-            const dl = @as(@Vector(16, f32), @splat(d)) * @as(@Vector(16, f32), @floatFromInt(sc & @as(@Vector(16, u8), @splat(0xf))));
-            const ml = @as(@Vector(16, f32), @splat(dmin)) * @as(@Vector(16, f32), @floatFromInt(sc >> @splat(4)));
-            var g: [4]B = undefined;
-            inline for (0..4) |k| {
-                const qs: @Vector(32, u8) = load(u8, 32, src[16 + 32 * (k / 2) ..]);
-                const s0: u3 = 4 * (k % 2);
-                g[k] = concat(u8, 32, qs >> @splat(s0), qs >> @splat(s0 + 2)) & splat64(3);
-            }
-            emit(u8, lanesFromGroups(g), perLane(16, dl), .sub, perLane(16, ml), out);
-        },
-        .q3_k => {
-            // 16 six-bit scales: low nibble from byte j%8 (low half for j<8), 2 high bits from byte 8+j%4.
-            const b: @Vector(12, u8) = load(u8, 12, src[96..]);
-            comptime var lm: [16]i32 = undefined;
-            comptime var hm: [16]i32 = undefined;
-            comptime var hs: [16]u8 = undefined;
-            comptime var lsh: [16]u8 = undefined;
-            inline for (0..16) |j| {
-                lm[j] = j % 8;
-                lsh[j] = if (j < 8) 0 else 4;
-                hm[j] = 8 + j % 4;
-                hs[j] = 2 * (j / 4);
-            }
-            const V16 = @Vector(16, u8);
-            const lo = (@shuffle(u8, b, undefined, lm) >> @as(V16, lsh)) & @as(V16, @splat(0xf));
-            const hi = (@shuffle(u8, b, undefined, hm) >> @as(V16, hs)) & @as(V16, @splat(3));
-            const s6: @Vector(16, i32) = lo | (hi << @splat(4));
-            const d = f16At(src, 108);
-            const dl = @as(@Vector(16, f32), @splat(d)) * @as(@Vector(16, f32), @floatFromInt(s6 - @as(@Vector(16, i32), @splat(32))));
-            const hmask: @Vector(32, u8) = load(u8, 32, src[0..]);
-            var g: [4]B = undefined;
-            inline for (0..4) |k| {
-                const qs: @Vector(32, u8) = load(u8, 32, src[32 + 32 * (k / 2) ..]);
-                const s0: u3 = 4 * (k % 2);
-                const q2 = concat(u8, 32, qs >> @splat(s0), qs >> @splat(s0 + 2)) & splat64(3);
-                const hb = concat(u8, 32, hmask >> @splat(2 * k), hmask >> @splat(2 * k + 1)) & splat64(1);
-                g[k] = (q2 | (hb << @splat(2))) -% splat64(4);
-            }
-            emit(i8, lanesFromGroups(g), perLane(16, dl), .none, zero, out);
-        },
-        .q4_k, .q5_k => {
-            const b: @Vector(12, u8) = load(u8, 12, src[4..]);
-            const V8 = @Vector(8, u8);
-            const first: @Vector(8, bool) = .{ true, true, true, true, false, false, false, false };
-            const p = @shuffle(u8, b, undefined, [8]i32{ 0, 1, 2, 3, 0, 1, 2, 3 }); // byte j%4
-            const r = @shuffle(u8, b, undefined, [8]i32{ 4, 5, 6, 7, 4, 5, 6, 7 }); // byte 4+j%4
-            const q = @shuffle(u8, b, undefined, [8]i32{ 8, 9, 10, 11, 8, 9, 10, 11 }); // byte 8+j%4
-            const m63: V8 = @splat(63);
-            const m15: V8 = @splat(15);
-            const sc = @select(u8, first, p & m63, (q & m15) | ((p >> @splat(6)) << @splat(4)));
-            const mn = @select(u8, first, r & m63, (q >> @splat(4)) | ((r >> @splat(6)) << @splat(4)));
-            const d = f16At(src, 0);
-            const dmin = f16At(src, 2);
-            const d1 = @as(@Vector(8, f32), @splat(d)) * @as(@Vector(8, f32), @floatFromInt(sc));
-            const m1 = @as(@Vector(8, f32), @splat(dmin)) * @as(@Vector(8, f32), @floatFromInt(mn));
-            const qs_off = if (t == .q4_k) 16 else 48;
-            var g: [4]B = undefined;
-            inline for (0..4) |k| {
-                const qs: @Vector(32, u8) = load(u8, 32, src[qs_off + 32 * k ..]);
-                g[k] = concat(u8, 32, qs & @as(@Vector(32, u8), @splat(0xf)), qs >> @splat(4));
-                if (t == .q5_k) {
-                    const qh: @Vector(32, u8) = load(u8, 32, src[16..]);
-                    const hb = concat(u8, 32, qh >> @splat(2 * k), qh >> @splat(2 * k + 1)) & splat64(1);
-                    g[k] |= hb << @splat(4);
-                }
-            }
-            emit(u8, lanesFromGroups(g), perLane(8, d1), .sub, perLane(8, m1), out);
-        },
-        .q6_k => {
-            const sc: @Vector(16, i8) = load(i8, 16, src[192..]);
-            const d = f16At(src, 208);
-            const dl = @as(@Vector(16, f32), @splat(d)) * @as(@Vector(16, f32), @floatFromInt(sc));
-            var g: [4]B = undefined;
-            inline for (0..4) |k| {
-                const n = k / 2;
-                const s0: u3 = 4 * (k % 2);
-                const ql: B = load(u8, 64, src[64 * n ..]);
-                const qh: @Vector(32, u8) = load(u8, 32, src[128 + 32 * n ..]);
-                const lo = (ql >> @splat(s0)) & splat64(0xf);
-                const hi = concat(u8, 32, qh >> @splat(s0), qh >> @splat(s0 + 2)) & splat64(3);
-                g[k] = (lo | (hi << @splat(4))) -% splat64(32);
-            }
-            emit(i8, lanesFromGroups(g), perLane(16, dl), .none, zero, out);
-        },
-        .iq4_xs => {
-            const d = f16At(src, 0);
-            const sh = std.mem.readInt(u16, src[2..4], .little);
-            const sl: @Vector(4, u8) = load(u8, 4, src[4..]);
-            const V8 = @Vector(8, u8);
-            const lo = (@shuffle(u8, sl, undefined, [8]i32{ 0, 0, 1, 1, 2, 2, 3, 3 }) >> V8{ 0, 4, 0, 4, 0, 4, 0, 4 }) & @as(V8, @splat(0xf));
-            const hi = (@as(@Vector(8, u16), @splat(sh)) >> @Vector(8, u16){ 0, 2, 4, 6, 8, 10, 12, 14 }) & @as(@Vector(8, u16), @splat(3));
-            const ls: @Vector(8, i32) = @as(@Vector(8, i32), lo) | (@as(@Vector(8, i32), @intCast(hi)) << @splat(4));
-            const dl = @as(@Vector(8, f32), @splat(d)) * @as(@Vector(8, f32), @floatFromInt(ls - @as(@Vector(8, i32), @splat(32))));
-            var g: [4]B = undefined;
-            inline for (0..4) |k| g[k] = lookupIq4(nibblePairs(load(u8, 16, src[8 + 32 * k ..]), load(u8, 16, src[24 + 32 * k ..])));
-            emit(i8, lanesFromGroups(g), perLane(8, dl), .none, zero, out);
-        },
+/// Branch-free exact f16 → f32 of one f16 field (same bits as f16ToF32).
+inline fn halfField(field: [2]u8) f32 {
+    const v: @Vector(2, u16) = .{ std.mem.readInt(u16, &field, .little), 0 };
+    return f16Vec(2, v)[0];
+}
+
+inline fn chunkQ8_0(bs: *const [8]formats.blocks.Q8_0, out: *[256]f32) void {
+    var g: [4]B64 = undefined;
+    inline for (0..4) |k| g[k] = concat(u8, 32, bs[2 * k].qs, bs[2 * k + 1].qs);
+    emit(i8, lanesFromGroups(g), perLane(8, halves8(formats.blocks.Q8_0, bs, "d")), .none, zero_scale, out);
+}
+
+/// Q4_0 (q − 8) and IQ4_NL (K[q]): two blocks' nibbles form each 64-value group.
+inline fn chunkNibbles(comptime t: Type, bs: *const [8]formats.Block(t), out: *[256]f32) void {
+    var g: [4]B64 = undefined;
+    inline for (0..4) |k| {
+        const nib = nibblePairs(bs[2 * k].qs, bs[2 * k + 1].qs);
+        g[k] = if (t == .q4_0) nib -% splat64(8) else lookupIq4(nib);
     }
+    emit(i8, lanesFromGroups(g), perLane(8, halves8(formats.Block(t), bs, "d")), .none, zero_scale, out);
+}
+
+inline fn chunkQ5(comptime t: Type, bs: *const [8]formats.Block(t), out: *[256]f32) void {
+    var g: [4]B64 = undefined;
+    inline for (0..4) |k| {
+        const nib = nibblePairs(bs[2 * k].qs, bs[2 * k + 1].qs);
+        const q = nib | highBitsPair(concat(u8, 4, bs[2 * k].qh, bs[2 * k + 1].qh));
+        g[k] = if (t == .q5_0) q -% splat64(16) else q;
+    }
+    const d = perLane(8, halves8(formats.Block(t), bs, "d"));
+    if (t == .q5_0) {
+        emit(i8, lanesFromGroups(g), d, .none, zero_scale, out);
+    } else {
+        emit(u8, lanesFromGroups(g), d, .add, perLane(8, halves8(formats.Block(t), bs, "m")), out);
+    }
+}
+
+inline fn chunkQ2K(b: *const formats.blocks.Q2_K, out: *[256]f32) void {
+    const sc: @Vector(16, u8) = b.scales;
+    const dl = @as(@Vector(16, f32), @splat(halfField(b.d))) * @as(@Vector(16, f32), @floatFromInt(sc & @as(@Vector(16, u8), @splat(0xf))));
+    const ml = @as(@Vector(16, f32), @splat(halfField(b.dmin))) * @as(@Vector(16, f32), @floatFromInt(sc >> @splat(4)));
+    var g: [4]B64 = undefined;
+    inline for (0..4) |k| {
+        const qs: @Vector(32, u8) = b.qs[32 * (k / 2) ..][0..32].*;
+        const s0: u3 = 4 * (k % 2);
+        g[k] = concat(u8, 32, qs >> @splat(s0), qs >> @splat(s0 + 2)) & splat64(3);
+    }
+    emit(u8, lanesFromGroups(g), perLane(16, dl), .sub, perLane(16, ml), out);
+}
+
+inline fn chunkQ3K(b: *const formats.blocks.Q3_K, out: *[256]f32) void {
+    // 16 six-bit scales: low nibble from byte j%8 (low half for j<8), 2 high bits from byte 8+j%4.
+    const packed_scales: @Vector(12, u8) = b.scales;
+    comptime var lm: [16]i32 = undefined;
+    comptime var hm: [16]i32 = undefined;
+    comptime var hs: [16]u8 = undefined;
+    comptime var lsh: [16]u8 = undefined;
+    inline for (0..16) |j| {
+        lm[j] = j % 8;
+        lsh[j] = if (j < 8) 0 else 4;
+        hm[j] = 8 + j % 4;
+        hs[j] = 2 * (j / 4);
+    }
+    const V16 = @Vector(16, u8);
+    const lo = (@shuffle(u8, packed_scales, undefined, lm) >> @as(V16, lsh)) & @as(V16, @splat(0xf));
+    const hi = (@shuffle(u8, packed_scales, undefined, hm) >> @as(V16, hs)) & @as(V16, @splat(3));
+    const s6: @Vector(16, i32) = lo | (hi << @splat(4));
+    const dl = @as(@Vector(16, f32), @splat(halfField(b.d))) * @as(@Vector(16, f32), @floatFromInt(s6 - @as(@Vector(16, i32), @splat(32))));
+    const hmask: @Vector(32, u8) = b.hmask;
+    var g: [4]B64 = undefined;
+    inline for (0..4) |k| {
+        const qs: @Vector(32, u8) = b.qs[32 * (k / 2) ..][0..32].*;
+        const s0: u3 = 4 * (k % 2);
+        const q2 = concat(u8, 32, qs >> @splat(s0), qs >> @splat(s0 + 2)) & splat64(3);
+        const hb = concat(u8, 32, hmask >> @splat(2 * k), hmask >> @splat(2 * k + 1)) & splat64(1);
+        g[k] = (q2 | (hb << @splat(2))) -% splat64(4);
+    }
+    emit(i8, lanesFromGroups(g), perLane(16, dl), .none, zero_scale, out);
+}
+
+inline fn chunkQ45K(comptime t: Type, b: *const formats.Block(t), out: *[256]f32) void {
+    const packed_scales: @Vector(12, u8) = b.scales;
+    const V8 = @Vector(8, u8);
+    const first: @Vector(8, bool) = .{ true, true, true, true, false, false, false, false };
+    const p = @shuffle(u8, packed_scales, undefined, [8]i32{ 0, 1, 2, 3, 0, 1, 2, 3 }); // byte j%4
+    const r = @shuffle(u8, packed_scales, undefined, [8]i32{ 4, 5, 6, 7, 4, 5, 6, 7 }); // byte 4+j%4
+    const q = @shuffle(u8, packed_scales, undefined, [8]i32{ 8, 9, 10, 11, 8, 9, 10, 11 }); // byte 8+j%4
+    const m63: V8 = @splat(63);
+    const m15: V8 = @splat(15);
+    const sc = @select(u8, first, p & m63, (q & m15) | ((p >> @splat(6)) << @splat(4)));
+    const mn = @select(u8, first, r & m63, (q >> @splat(4)) | ((r >> @splat(6)) << @splat(4)));
+    const d1 = @as(@Vector(8, f32), @splat(halfField(b.d))) * @as(@Vector(8, f32), @floatFromInt(sc));
+    const m1 = @as(@Vector(8, f32), @splat(halfField(b.dmin))) * @as(@Vector(8, f32), @floatFromInt(mn));
+    var g: [4]B64 = undefined;
+    inline for (0..4) |k| {
+        const qs: @Vector(32, u8) = b.qs[32 * k ..][0..32].*;
+        g[k] = concat(u8, 32, qs & @as(@Vector(32, u8), @splat(0xf)), qs >> @splat(4));
+        if (t == .q5_k) {
+            const qh: @Vector(32, u8) = b.qh;
+            const hb = concat(u8, 32, qh >> @splat(2 * k), qh >> @splat(2 * k + 1)) & splat64(1);
+            g[k] |= hb << @splat(4);
+        }
+    }
+    emit(u8, lanesFromGroups(g), perLane(8, d1), .sub, perLane(8, m1), out);
+}
+
+inline fn chunkQ6K(b: *const formats.blocks.Q6_K, out: *[256]f32) void {
+    const sc: @Vector(16, i8) = @bitCast(b.scales);
+    const dl = @as(@Vector(16, f32), @splat(halfField(b.d))) * @as(@Vector(16, f32), @floatFromInt(sc));
+    var g: [4]B64 = undefined;
+    inline for (0..4) |k| {
+        const n = k / 2;
+        const s0: u3 = 4 * (k % 2);
+        const ql: B64 = b.ql[64 * n ..][0..64].*;
+        const qh: @Vector(32, u8) = b.qh[32 * n ..][0..32].*;
+        const lo = (ql >> @splat(s0)) & splat64(0xf);
+        const hi = concat(u8, 32, qh >> @splat(s0), qh >> @splat(s0 + 2)) & splat64(3);
+        g[k] = (lo | (hi << @splat(4))) -% splat64(32);
+    }
+    emit(i8, lanesFromGroups(g), perLane(16, dl), .none, zero_scale, out);
+}
+
+inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, out: *[256]f32) void {
+    const sh = std.mem.readInt(u16, &b.scales_h, .little);
+    const sl: @Vector(4, u8) = b.scales_l;
+    const V8 = @Vector(8, u8);
+    const lo = (@shuffle(u8, sl, undefined, [8]i32{ 0, 0, 1, 1, 2, 2, 3, 3 }) >> V8{ 0, 4, 0, 4, 0, 4, 0, 4 }) & @as(V8, @splat(0xf));
+    const hi = (@as(@Vector(8, u16), @splat(sh)) >> @Vector(8, u16){ 0, 2, 4, 6, 8, 10, 12, 14 }) & @as(@Vector(8, u16), @splat(3));
+    const ls: @Vector(8, i32) = @as(@Vector(8, i32), lo) | (@as(@Vector(8, i32), @intCast(hi)) << @splat(4));
+    const dl = @as(@Vector(8, f32), @splat(halfField(b.d))) * @as(@Vector(8, f32), @floatFromInt(ls - @as(@Vector(8, i32), @splat(32))));
+    var g: [4]B64 = undefined;
+    inline for (0..4) |k| g[k] = lookupIq4(nibblePairs(b.qs[32 * k ..][0..16].*, b.qs[32 * k + 16 ..][0..16].*));
+    emit(i8, lanesFromGroups(g), perLane(8, dl), .none, zero_scale, out);
 }
 
 /// Dense chunk (F32/F16/BF16): transpose the 16/32-bit patterns per 64-element group, then convert
