@@ -7,7 +7,6 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { Bench } from "tinybench";
 import { commonFlags, flagHelp, intFlag, intListFlag, parseFlags, stringFlag, UsageError, type FlagSpec } from "../src/decode/args.ts";
 import { measureReadBandwidth, type BandwidthResult } from "../src/decode/bandwidth.ts";
 import { ProgressBar } from "../src/decode/progress.ts";
@@ -17,6 +16,8 @@ import { MlxModelWeights } from "../src/head.ts";
 import { limits } from "../src/native.ts";
 import { MlxDevice, type BackendKind } from "../src/runtime.ts";
 import { plotSvg, type PlotSeries } from "./svg.ts";
+import { textTable } from "./table.ts";
+import { timeTasks, type TimedTask } from "./tasks.ts";
 import { fillHead, headBytes } from "./weights.ts";
 
 export interface BenchOptions {
@@ -171,36 +172,18 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       weights.lmHeadBatched(inputs.get(maxRows) ?? hiddenRows, maxRows); // scratch for the largest N, first touch
       const bandwidth = o.probeBytes > 0 ? measureReadBandwidth(device, { bytes: o.probeBytes }) : null;
 
-      const bench = new Bench({
-        name: f.name,
-        timestampProvider: "bunNanoseconds",
-        time: 0,
-        iterations: o.iterations,
-        warmup: o.warmup > 0,
-        warmupTime: 0,
-        warmupIterations: o.warmup,
-        throws: true,
-      });
+      const tasks: TimedTask[] = [];
       for (const n of o.rows) {
         const input = inputs.get(n)!;
-        bench.add(`batched N=${n}`, () => void weights.lmHeadBatched(input, n), { async: false });
+        tasks.push({ name: `batched N=${n}`, run: () => void weights.lmHeadBatched(input, n) });
         if (n > 1) {
-          bench.add(`scalar N=${n}`, () => {
+          tasks.push({ name: `scalar N=${n}`, run: () => {
             for (let r = 0; r < n; r++) weights.lmHeadBatched(singles[r]!, 1);
-          }, { async: false });
+          } });
         }
       }
-      bench.addEventListener("cycle", (e) => {
-        done++;
-        bar.update(done, `${f.name} ${e.task?.name ?? ""}`);
-      });
-      await bench.run();
-
-      const median = (name: string) => {
-        const r = bench.getTask(name)!.result;
-        if (r.state !== "completed") throw new Error(`bench ${f.name} ${name}: ${r.state === "errored" ? r.error.message : r.state}`);
-        return r.latency;
-      };
+      const latency = await timeTasks(f.name, tasks, o, (task) => bar.update(++done, `${f.name} ${task}`));
+      const median = (name: string) => latency.get(name)!;
       const floorMs = bandwidth ? bytes / 1e6 / bandwidth.gbs : null;
       types.push({ type: f.name, typeId, headBytes: bytes, bandwidth, floorMs });
       const ms1 = o.rows.includes(1) ? median("batched N=1").p50 : null;
@@ -254,9 +237,7 @@ export function formatBenchTable(r: BenchResult): string {
     fixed(row.timeVsN1, 2),
     fixed(row.scalarOverBatched, 2),
   ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
-  return [line(header), line(widths.map((w) => "-".repeat(w))), ...body.map(line)].join("\n");
+  return textTable(header, body);
 }
 
 export function benchSvg(r: BenchResult): string {
