@@ -15,6 +15,7 @@ import { formatInfo, knownTypeIds, typeIdOf } from "../src/formats.ts";
 import { MlxModelWeights } from "../src/head.ts";
 import { limits } from "../src/native.ts";
 import { MlxDevice, type BackendKind } from "../src/runtime.ts";
+import { formatPeerTable, parsePeerOptions, PeerBench, peerDefaultVocab, peerFlags, type PeerOptions, type PeerResult } from "./peer/compare.ts";
 import { plotSvg, type PlotSeries } from "./svg.ts";
 import { textTable } from "./table.ts";
 import { timeTasks, type TimedTask } from "./tasks.ts";
@@ -32,6 +33,8 @@ export interface BenchOptions {
   outDir: string;
   probeBytes: number;
   progress: boolean;
+  /** A peer timed side by side (--peer), or null. */
+  peer: PeerOptions | null;
 }
 
 export interface BenchRow {
@@ -64,6 +67,8 @@ export interface BenchResult {
   /** Read bandwidth, probed again just before each type: on a shared machine it drifts. */
   types: { type: string; typeId: number; headBytes: number; bandwidth: BandwidthResult | null; floorMs: number | null }[];
   rows: BenchRow[];
+  /** With --peer: lmhead and the peer side by side. */
+  peer?: PeerResult;
 }
 
 export const benchFlags: FlagSpec[] = [
@@ -74,6 +79,7 @@ export const benchFlags: FlagSpec[] = [
   { name: "iterations", value: "I", help: "measured iterations per task (default 3; the median is reported)" },
   { name: "warmup", value: "W", help: "warm-up iterations per task (default 1)" },
   { name: "out", value: "DIR", help: "directory for head-bench-<vocab>x<hidden>.json and .svg (default bench/results/)" },
+  ...peerFlags,
   ...commonFlags,
 ];
 
@@ -106,7 +112,8 @@ export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
     }
   }
   const rows = intListFlag(flags, "rows", [1, 2, 4, 8, 16, 32], 1, 1024, cmd);
-  const vocab = intFlag(flags, "vocab", 262144, 1, limits.maxVocab, cmd);
+  const peer = parsePeerOptions(flags, cmd);
+  const vocab = intFlag(flags, "vocab", peer ? peerDefaultVocab : 262144, 1, limits.maxVocab, cmd);
   const hidden = intFlag(flags, "hidden", 2816, 1, limits.maxHidden, cmd);
   for (const t of typeIds) {
     const f = formatInfo(t)!;
@@ -126,6 +133,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
     outDir: resolve(stringFlag(flags, "out") ?? join(import.meta.dir, "results")),
     probeBytes: intFlag(flags, "probe-mib", 512, 0, 65536, cmd) * 2 ** 20,
     progress: !flags.has("no-progress"),
+    peer,
   };
 }
 
@@ -151,7 +159,8 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
   using normBuffer = device.allocBuffer(o.hidden * 4);
   normBuffer.write(norm);
 
-  const tasksPerType = o.rows.length + o.rows.filter((n) => n > 1).length;
+  using peer = o.peer ? PeerBench.open(o.peer, device.threads, o, log) : null;
+  const tasksPerType = o.rows.length + o.rows.filter((n) => n > 1).length + (peer?.tasksPerType ?? 0);
   const bar = new ProgressBar("lmhead bench", o.typeIds.length * tasksPerType, { enabled: o.progress });
   let done = 0;
   const rows: BenchRow[] = [];
@@ -206,6 +215,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
           scalarOverBatched: scalar / lat.p50,
         });
       }
+      if (peer) await peer.runType(weights, hiddenRows, (task) => bar.update(++done, `${f.name} ${task}`));
       bar.finish();
       const read = bandwidth ? `; read bandwidth ${fixed(bandwidth.gbs, 2)} GB/s (${bandwidth.method})` : "";
       log(`${f.name}: ${(bytes / 1e6).toFixed(1)} MB of weights generated in ${genMs.toFixed(0)} ms, benched${read}`);
@@ -223,6 +233,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
     warmup: o.warmup,
     types,
     rows,
+    ...(peer ? { peer: peer.result() } : {}),
   };
 }
 
@@ -245,12 +256,14 @@ export function benchSvg(r: BenchResult): string {
     label: t.type,
     floorMs: t.floorMs,
     points: r.rows.filter((row) => row.typeId === t.typeId).map((row) => ({ n: row.n, ms: row.ms })),
+    peerPoints: r.peer?.rows.filter((row) => row.typeId === t.typeId).map((row) => ({ n: row.n, ms: (row.peerMsBefore + row.peerMsAfter) / 2 })),
   }));
   const probes = r.types.flatMap((t) => (t.bandwidth ? [t.bandwidth.gbs] : []));
   const bw = probes.length
     ? `floor = head bytes / read bandwidth probed before each type (${Math.min(...probes).toFixed(1)}–${Math.max(...probes).toFixed(1)} GB/s)`
     : "no bandwidth probe";
-  return plotSvg(`lmhead: batched head, vocab ${r.vocab} x hidden ${r.hidden}`, `${r.device}; median of ${r.iterations}; ${bw}`, series);
+  const peer = r.peer ? `ggml ${r.peer.variant.replace(/^libggml-cpu-|\.so$/g, "")}, matmul only` : undefined;
+  return plotSvg(`lmhead: batched head, vocab ${r.vocab} x hidden ${r.hidden}`, `${r.device}; median of ${r.iterations}; ${bw}`, series, peer);
 }
 
 export async function benchMain(argv: string[]): Promise<number> {
@@ -268,6 +281,15 @@ export async function benchMain(argv: string[]): Promise<number> {
   console.log("% read bw = head bytes / time against the read bandwidth probed just before that type");
   console.log("scalar/batched = time of N one-row calls / time of one N-row call (> 1: batching wins)\n");
   console.log(formatBenchTable(result));
+  if (result.peer) {
+    const p = result.peer;
+    console.log(`\nside by side with ggml ${p.ggml} (${p.package}, ${p.variant}, ${p.threads} threads; ${p.cpu})`);
+    console.log(`ggml buffer: where ggml kept the weights (CPU: lmhead's bytes in place); offered here: ${["CPU", ...p.extraBuffers].join(", ")}`);
+    console.log(`timed: ${p.timed}; peer, lmhead, peer in turn, so drift shows as two peer medians`);
+    console.log(`err: ${p.error}`);
+    console.log("rows != 1-row: rows of the N-row call whose bits differ from the same row computed alone\n");
+    console.log(formatPeerTable(p));
+  }
   console.log(`\nwrote ${base}.json and ${base}.svg`);
   return 0;
 }

@@ -1,7 +1,8 @@
 /**
  * A hand-written SVG line plot: ms per head call against rows per call (log2 x, log10 y), one
  * line per type, and each type's bandwidth floor (head bytes / measured read bandwidth: the
- * least time a call can take if it reads the weights once) as a dashed line in its colour.
+ * least time a call can take if it reads the weights once) as a dashed line in its colour, and
+ * a peer's times, if any, as a dotted line with open circles in the same colour.
  */
 
 export interface PlotSeries {
@@ -9,6 +10,8 @@ export interface PlotSeries {
   points: { n: number; ms: number }[];
   /** ms: the bandwidth floor of this series. */
   floorMs: number | null;
+  /** The peer's ms per call for the same type, if a peer ran. */
+  peerPoints?: { n: number; ms: number }[];
 }
 
 const palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22", "#393b79", "#637939", "#843c39", "#7b4173"];
@@ -23,14 +26,18 @@ function tickLabel(v: number): string {
   return Number(v.toPrecision(1)).toString();
 }
 
-export function plotSvg(title: string, subtitle: string, series: readonly PlotSeries[]): string {
+/** peerLabel names the dotted lines in the legend when any series has peerPoints. */
+export function plotSvg(title: string, subtitle: string, series: readonly PlotSeries[], peerLabel = "peer"): string {
   const W = 900;
   const H = 560;
   const m = { left: 70, right: 190, top: 62, bottom: 56 };
   const pw = W - m.left - m.right;
   const ph = H - m.top - m.bottom;
   const ns = [...new Set(series.flatMap((s) => s.points.map((p) => p.n)))].sort((a, b) => a - b);
-  const values = series.flatMap((s) => [...s.points.map((p) => p.ms), ...(s.floorMs !== null ? [s.floorMs] : [])]).filter((v) => v > 0 && Number.isFinite(v));
+  const peers = series.some((s) => (s.peerPoints?.length ?? 0) > 0);
+  const values = series
+    .flatMap((s) => [...s.points, ...(s.peerPoints ?? [])].map((p) => p.ms).concat(s.floorMs !== null ? [s.floorMs] : []))
+    .filter((v) => v > 0 && Number.isFinite(v));
   if (values.length === 0) values.push(1);
   const lo = Math.log10(Math.min(...values) * 0.8);
   const hi = Math.log10(Math.max(...values) * 1.25);
@@ -72,6 +79,11 @@ export function plotSvg(title: string, subtitle: string, series: readonly PlotSe
     for (const p of s.points) {
       if (p.ms > 0) out.push(`<circle cx="${x(p.n).toFixed(1)}" cy="${y(p.ms).toFixed(1)}" r="3.5" fill="${color}"><title>${esc(s.label)} N=${p.n}: ${p.ms.toFixed(2)} ms</title></circle>`);
     }
+    const peer = (s.peerPoints ?? []).filter((p) => p.ms > 0);
+    if (peer.length > 0) out.push(`<polyline points="${peer.map((p) => `${x(p.n).toFixed(1)},${y(p.ms).toFixed(1)}`).join(" ")}" fill="none" stroke="${color}" stroke-width="1.5" stroke-dasharray="2 3"/>`);
+    for (const p of peer) {
+      out.push(`<circle cx="${x(p.n).toFixed(1)}" cy="${y(p.ms).toFixed(1)}" r="3.5" fill="white" stroke="${color}" stroke-width="1.5"><title>${esc(s.label)} ${esc(peerLabel)} N=${p.n}: ${p.ms.toFixed(2)} ms</title></circle>`);
+    }
     const ly = m.top + 10 + i * 20;
     const lx = m.left + pw + 16;
     out.push(`<line x1="${lx}" x2="${lx + 22}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"/>`);
@@ -81,6 +93,10 @@ export function plotSvg(title: string, subtitle: string, series: readonly PlotSe
   const lx = m.left + pw + 16;
   out.push(`<line x1="${lx}" x2="${lx + 22}" y1="${ly}" y2="${ly}" stroke="#333" stroke-dasharray="6 4"/>`);
   out.push(`<text x="${lx + 28}" y="${ly}" dominant-baseline="middle">bandwidth floor</text>`);
+  if (peers) {
+    out.push(`<line x1="${lx}" x2="${lx + 22}" y1="${ly + 20}" y2="${ly + 20}" stroke="#333" stroke-width="1.5" stroke-dasharray="2 3"/>`);
+    out.push(`<text x="${lx + 28}" y="${ly + 20}" dominant-baseline="middle">${esc(peerLabel)}</text>`);
+  }
   out.push(`</svg>`);
   return out.join("\n") + "\n";
 }

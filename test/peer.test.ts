@@ -1,0 +1,132 @@
+// The bench's ggml peer (bench/peer): its flags, the clear error when its package is missing
+// (nothing is downloaded here), and, only where the package is already installed, a small
+// side-by-side run: ggml must get the very weights and rows lmhead multiplies (else its error
+// would be of order 1), and the shim must refuse bad sizes instead of letting ggml abort.
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { benchSvg, parseBenchArgs, runBench } from "../bench/head.ts";
+import { peerDefaultVocab } from "../bench/peer/compare.ts";
+import { GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, PeerError } from "../bench/peer/ggml.ts";
+import { fillHead, headBytes } from "../bench/weights.ts";
+import { UsageError } from "../src/decode/args.ts";
+import { MlxDevice } from "../src/runtime.ts";
+
+const root = join(import.meta.dir, "..");
+const empty = mkdtempSync(join(tmpdir(), "lmhead-peer-"));
+afterAll(() => rmSync(empty, { recursive: true, force: true }));
+const pinned = `${peerPackage.name}@${peerPackage.version}`;
+
+describe("bench --peer flags", () => {
+  test("--peer ggml takes the best buffer and a reduced vocab unless --vocab is given", () => {
+    const o = parseBenchArgs(["--peer", "ggml"]);
+    expect(o).not.toBe("help");
+    if (o === "help") return;
+    expect(o.peer).toEqual({ name: "ggml", buffer: "best" });
+    expect(o.vocab).toBe(peerDefaultVocab);
+    const full = parseBenchArgs(["--peer", "ggml", "--vocab", "262144", "--peer-buffer", "repack"]);
+    if (full === "help") throw new Error("unexpected help");
+    expect(full.vocab).toBe(262144);
+    expect(full.peer).toEqual({ name: "ggml", buffer: "repack" });
+    const alone = parseBenchArgs([]);
+    if (alone === "help") throw new Error("unexpected help");
+    expect(alone.peer).toBeNull();
+    expect(alone.vocab).toBe(262144);
+  });
+
+  test("an unknown peer or buffer, or --peer-buffer alone, is a usage error naming the value", () => {
+    expect(() => parseBenchArgs(["--peer", "llama"])).toThrow(new UsageError("bench: --peer must be ggml, got 'llama'"));
+    expect(() => parseBenchArgs(["--peer", "ggml", "--peer-buffer", "gpu"])).toThrow(/--peer-buffer must be best, cpu, repack, amx, got 'gpu'/);
+    expect(() => parseBenchArgs(["--peer-buffer", "cpu"])).toThrow(new UsageError("bench: --peer-buffer needs --peer"));
+  });
+
+  test("bench --help documents both flags", () => {
+    const p = Bun.spawnSync([process.execPath, join(root, "src", "cli.ts"), "bench", "--help"], { stdout: "pipe", stderr: "pipe" });
+    expect(p.exitCode).toBe(0);
+    expect(p.stdout.toString()).toContain("--peer NAME");
+    expect(p.stdout.toString()).toContain("--peer-buffer B");
+  });
+});
+
+describe("ggml peer package", () => {
+  test("LMHEAD_PEER_DIR names the folder and turns the install off; the default installs into .tools/peer", () => {
+    expect(peerHome({ LMHEAD_PEER_DIR: empty })).toEqual({ dir: empty, install: false });
+    expect(peerHome({})).toEqual({ dir: join(root, ".tools", "peer"), install: true });
+  });
+
+  test("a folder without the package is a PeerError that says how to install it", () => {
+    expect(installedBins(empty)).toBeNull();
+    let error: unknown;
+    try {
+      locatePackage({ dir: empty, install: false }, () => {});
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(PeerError);
+    expect((error as Error).message).toContain(`${pinned} is not installed in LMHEAD_PEER_DIR=${empty}`);
+    expect((error as Error).message).toContain(`npm install --prefix ${empty} --no-save ${pinned}`);
+  });
+
+  test("lmhead bench --peer ggml with the package missing: one line on stderr, exit 1, no download", () => {
+    const p = Bun.spawnSync(
+      [process.execPath, join(root, "src", "cli.ts"), "bench", "--peer", "ggml", "--types", "Q8_0", "--vocab", "64", "--hidden", "64", "--rows", "1", "--probe-mib", "0", "--out", join(empty, "out")],
+      { env: { ...process.env, LMHEAD_PEER_DIR: empty, LMHEAD_DEBUG: "" }, stdout: "pipe", stderr: "pipe" },
+    );
+    expect(p.exitCode).toBe(1);
+    const lines = p.stderr.toString().trimEnd().split("\n");
+    expect(lines.length).toBe(1);
+    expect(lines[0]).toStartWith(`lmhead: ggml peer: ${pinned} is not installed`);
+    expect(installedBins(empty)).toBeNull();
+  });
+});
+
+const home = peerHome();
+const installed = installedBins(home.dir) !== null;
+const why = installed ? "" : ` (skipped: ${pinned} is not installed in ${home.dir}; ./lmhead bench --peer ggml installs it)`;
+
+describe("ggml peer, side by side", () => {
+  test.skipIf(!installed)(`a small run: same weights and rows, lmhead exact and row-identical, ggml close${why}`, async () => {
+    const o = parseBenchArgs(["--peer", "ggml", "--types", "Q8_0,Q4_0,F16", "--vocab", "512", "--hidden", "256", "--rows", "1,2,4", "--iterations", "1", "--warmup", "0", "--probe-mib", "0", "--no-progress"]);
+    if (o === "help") throw new Error("unexpected help");
+    const r = await runBench(o);
+    const p = r.peer!;
+    expect(p.package).toBe(pinned);
+    expect(p.ggml).toStartWith(`${peerPackage.ggml} (`);
+    expect(p.types.map((t) => t.type)).toEqual(["Q8_0", "Q4_0", "F16"]);
+    for (const t of p.types) expect(["CPU", ...p.extraBuffers]).toContain(t.buffer);
+    expect(p.rows.length).toBe(9);
+    for (const row of p.rows) {
+      expect(row.lmheadRowsDiffering).toBe(0);
+      expect(row.lmheadMaxRelError).toBeLessThan(1e-5);
+      // ggml rounds activations to 8 bits (16 for F16): errors of a few 1e-3, far from the
+      // order-1 errors of weights or rows that differ from lmhead's.
+      expect(row.peerMaxRelError).toBeLessThan(0.05);
+      expect(row.peerRowsDiffering).toBeGreaterThanOrEqual(0);
+      expect(row.peerRowsDiffering).toBeLessThanOrEqual(row.n);
+      expect(row.ratio).toBeGreaterThan(0);
+    }
+    const svg = benchSvg(r);
+    expect(svg.match(/<polyline/g)?.length).toBe(6); // lmhead and ggml per type
+    expect(svg).toContain(`ggml ${p.variant.replace(/^libggml-cpu-|\.so$/g, "")}, matmul only`);
+  });
+
+  test.skipIf(!installed)(`bad sizes are PeerErrors, not an abort inside ggml${why}`, () => {
+    using device = MlxDevice.open("cpu");
+    using peer = GgmlPeer.open(1, () => {}, home);
+    const hidden = 64;
+    const vocab = 16;
+    using buffer = device.allocBuffer(headBytes(8, hidden, vocab) + 64);
+    const bytes = buffer.hostView().subarray(0, headBytes(8, hidden, vocab));
+    fillHead(bytes, 8, hidden, vocab, 1);
+    expect(() => peer.head(8, hidden, vocab + 1, bytes, "best")).toThrow(/head has 1088 bytes, a q8_0 head of 17 x 64 needs 1156/);
+    expect(() => peer.head(8, 48, vocab, bytes, "best")).toThrow(/48 values per row is not whole q8_0 blocks/);
+    expect(() => peer.head(8, hidden, vocab, buffer.hostView().subarray(1, 1 + bytes.length), "cpu")).toThrow(/not 32-byte aligned/);
+    expect(() => peer.head(4, hidden, vocab, bytes, "best")).toThrow(/ggml type 4 is not a ggml 0.19.0 type/);
+    using head = peer.head(8, hidden, vocab, bytes, "cpu");
+    expect(head.buffer).toBe("CPU");
+    expect(() => head.plan(0)).toThrow(/rows 0 outside/);
+    using plan = head.plan(2);
+    expect(() => plan.setInput(new Float32Array(hidden))).toThrow(/input has 64 values, the plan takes 128/);
+  });
+});
