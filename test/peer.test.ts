@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { benchSvg, parseBenchArgs, runBench } from "../bench/head.ts";
-import { peerDefaultVocab } from "../bench/peer/compare.ts";
+import { PeerBench, peerDefaultVocab } from "../bench/peer/compare.ts";
 import { GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, PeerError } from "../bench/peer/ggml.ts";
 import { fillHead, headBytes } from "../bench/weights.ts";
 import { UsageError } from "../src/decode/args.ts";
@@ -83,7 +83,8 @@ describe("ggml peer package", () => {
 
 const home = peerHome();
 const installed = installedBins(home.dir) !== null;
-const why = installed ? "" : ` (skipped: ${pinned} is not installed in ${home.dir}; ./lmhead bench --peer ggml installs it)`;
+const how = home.install ? "./lmhead bench --peer ggml installs it" : "LMHEAD_PEER_DIR turns the install off";
+const why = installed ? "" : ` (skipped: ${pinned} is not installed in ${home.dir}; ${how})`;
 
 describe("ggml peer, side by side", () => {
   test.skipIf(!installed)(`a small run: same weights and rows, lmhead exact and row-identical, ggml close${why}`, async () => {
@@ -109,6 +110,19 @@ describe("ggml peer, side by side", () => {
     const svg = benchSvg(r);
     expect(svg.match(/<polyline/g)?.length).toBe(6); // lmhead and ggml per type
     expect(svg).toContain(`ggml ${p.variant.replace(/^libggml-cpu-|\.so$/g, "")}, matmul only`);
+  });
+
+  test.skipIf(!installed)(`--peer-buffer amx or repack where ggml offers no such buffer fails before any timing${why}`, () => {
+    const offered = (() => {
+      using peer = GgmlPeer.open(1, () => {}, home);
+      return peer.extraBuffers;
+    })();
+    const o = { rows: [1], iterations: 1, warmup: 0, seed: 1 };
+    for (const [buffer, name] of [["amx", "AMX"], ["repack", "CPU_REPACK"]] as const) {
+      const open = () => PeerBench.open({ name: "ggml", buffer }, 1, o, () => {})[Symbol.dispose]();
+      if (offered.includes(name)) expect(open).not.toThrow();
+      else expect(open).toThrow(new PeerError(`--peer-buffer ${buffer}: ggml's CPU backend offers no ${name} buffer on this machine (it offers ${["CPU", ...offered].join(", ")})`));
+    }
   });
 
   test.skipIf(!installed)(`bad sizes are PeerErrors, not an abort inside ggml${why}`, () => {

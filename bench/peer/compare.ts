@@ -14,7 +14,7 @@ import type { MlxModelWeights } from "../../src/head.ts";
 import { GraphSession, type MlxBuffer } from "../../src/runtime.ts";
 import { textTable } from "../table.ts";
 import { timeTasks } from "../tasks.ts";
-import { GgmlPeer, peerBuffers, peerPackage, type GgmlHead, type PeerBuffer } from "./ggml.ts";
+import { GgmlPeer, peerBuffers, peerPackage, PeerError, type GgmlHead, type PeerBuffer } from "./ggml.ts";
 
 export interface PeerOptions {
   name: "ggml";
@@ -79,9 +79,6 @@ export interface PeerResult {
   types: { type: string; typeId: number; buffer: string }[];
   rows: PeerRow[];
 }
-
-/** Times a list of named thunks (in order, as the bench's tasks) and returns each one's median ms. */
-export type TaskTimer = (tasks: { name: string; run: () => void }[]) => Promise<Map<string, number>>;
 
 const sampleVocabRows = 256;
 
@@ -169,6 +166,11 @@ export class PeerBench implements Disposable {
   /** Opens the peer with as many threads as lmhead's device runs on. */
   static open(options: PeerOptions, threads: number, o: PeerBench["o"], log: (line: string) => void): PeerBench {
     const peer = GgmlPeer.open(threads, log);
+    const named = ({ repack: "CPU_REPACK", amx: "AMX" } as Record<string, string | undefined>)[options.buffer];
+    if (named && !peer.extraBuffers.includes(named)) {
+      peer.close();
+      throw new PeerError(`--peer-buffer ${options.buffer}: ggml's CPU backend offers no ${named} buffer on this machine (it offers ${["CPU", ...peer.extraBuffers].join(", ")})`);
+    }
     const extra = peer.extraBuffers.length > 0 ? peer.extraBuffers.join(", ") : "none";
     log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}) from ${peerPackage.name}@${peerPackage.version}, CPU variant ${peer.variant}, ${threads} threads, extra weight buffers here: ${extra}`);
     return new PeerBench(peer, options, o);

@@ -222,7 +222,11 @@ export class GgmlHead implements Disposable {
   readonly buffer: string;
   #freed = false;
 
-  /** @internal Made by GgmlPeer.head; `bytes` is kept reachable while ggml may read it. */
+  /**
+   * @internal Made by GgmlPeer.head. Holding `bytes` keeps a JS-owned array from being
+   * collected while ggml reads it; memory it only views (an MlxBuffer's hostView) stays the
+   * caller's to keep alive.
+   */
   constructor(
     readonly shim: Shim,
     readonly handle: bigint,
@@ -243,7 +247,6 @@ export class GgmlHead implements Disposable {
     if (this.#freed) return;
     this.#freed = true;
     this.shim.lhp_head_free(this.handle);
-    void this.bytes;
   }
 
   [Symbol.dispose](): void {
