@@ -12,12 +12,12 @@ import { commonFlags, flagHelp, intFlag, intListFlag, parseFlags, stringFlag, Us
 import { measureReadBandwidth, type BandwidthResult } from "../src/decode/bandwidth.ts";
 import { ProgressBar } from "../src/decode/progress.ts";
 import { fixed } from "../src/decode/stats.ts";
-import { formatInfo, knownTypeIds, typeIdOf } from "../src/formats.ts";
+import { formatInfo, knownTypeIds, rowBytes, typeIdOf } from "../src/formats.ts";
 import { MlxModelWeights } from "../src/head.ts";
 import { limits } from "../src/native.ts";
 import { MlxDevice, type BackendKind } from "../src/runtime.ts";
 import { plotSvg, type PlotSeries } from "./svg.ts";
-import { fillHead, headBytes } from "./weights.ts";
+import { fillHead } from "./weights.ts";
 
 export interface BenchOptions {
   typeIds: number[];
@@ -108,8 +108,11 @@ export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
   const vocab = intFlag(flags, "vocab", 262144, 1, limits.maxVocab, cmd);
   const hidden = intFlag(flags, "hidden", 2816, 1, limits.maxHidden, cmd);
   for (const t of typeIds) {
-    const f = formatInfo(t)!;
-    if (hidden % f.blockValues !== 0) throw new UsageError(`${cmd}: --hidden ${hidden} is not a multiple of the ${f.name} block (${f.blockValues})`);
+    try {
+      rowBytes(t, hidden);
+    } catch (e) {
+      throw new UsageError(`${cmd}: --hidden ${hidden}: ${(e as Error).message}`);
+    }
   }
   const backend = stringFlag(flags, "backend") ?? "cpu";
   if (!["cpu", "metal", "cuda"].includes(backend)) throw new UsageError(`${cmd}: --backend must be cpu, metal or cuda, got '${backend}'`);
@@ -158,7 +161,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
   try {
     for (const typeId of o.typeIds) {
       const f = formatInfo(typeId)!;
-      const bytes = headBytes(typeId, o.hidden, o.vocab);
+      const bytes = rowBytes(typeId, o.hidden) * o.vocab;
       bar.update(done, `${f.name}: generating ${(bytes / 1e9).toFixed(2)} GB of weights`);
       using head = device.allocBuffer(bytes);
       const t0 = performance.now();

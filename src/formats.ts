@@ -59,6 +59,22 @@ export function typeIdOf(name: string): number {
   return id;
 }
 
+/**
+ * Bytes of `values` consecutive values of ggml type typeId (a row, or a whole tensor), from
+ * the native table. Throws when the type is unknown or `values` is not whole blocks.
+ */
+export function rowBytes(typeId: number, values: number): number {
+  const format = formatInfo(typeId);
+  if (!format) throw new LmheadError("unsupported", `unknown ggml type id ${typeId}`);
+  if (!Number.isSafeInteger(values) || values < 0) throw new LmheadError("invalid_argument", `${values} ${format.name} values is not a non-negative integer`);
+  if (values % format.blockValues !== 0) {
+    throw new LmheadError("invalid_argument", `${values} values is not a whole number of ${format.name} blocks (${format.blockValues} values each)`);
+  }
+  const bytes = (values / format.blockValues) * format.blockBytes;
+  if (!Number.isSafeInteger(bytes)) throw new LmheadError("overflow", `${values} ${format.name} values overflow a byte count`);
+  return bytes;
+}
+
 /** Decodes whole blocks of ggml type typeId with the reference decoder (the kernels' own). */
 export function dequantize(typeId: number, bytes: Uint8Array): Float32Array {
   const format = formatInfo(typeId);

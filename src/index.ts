@@ -1,5 +1,5 @@
 export { LmheadError, type ErrorCode } from "./errors.ts";
-export { dequantize, formatInfo, knownTypeIds, typeIdOf, type FormatInfo } from "./formats.ts";
+export { dequantize, formatInfo, knownTypeIds, rowBytes, typeIdOf, type FormatInfo } from "./formats.ts";
 export { MlxDevice, MlxBuffer, KernelRegistry, GraphSession, counters, setEncodeTrace, type BackendKind } from "./runtime.ts";
 export { MlxModelWeights, BatchedHeadOut, type HeadWeights, type EncodedHead } from "./head.ts";
 export { hostPhases, HostPhases, type Phase } from "./phases.ts";

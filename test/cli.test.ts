@@ -112,7 +112,7 @@ describe("lmhead decode", () => {
     [["frobnicate"], "unknown command 'frobnicate'"],
     [["bench", "--types", "Q7_K"], "unknown type 'Q7_K'"],
     [["bench", "--rows", "1,x"], "--rows must be integers"],
-    [["bench", "--hidden", "100", "--types", "Q6_K"], "--hidden 100 is not a multiple of the Q6_K block (256)"],
+    [["bench", "--hidden", "100", "--types", "Q6_K"], "--hidden 100: 100 values is not a whole number of Q6_K blocks (256 values each)"],
   ];
   for (const [args, text, code] of bad) {
     test(`${args.join(" ")}: one-line error, exit ${code ?? 2}`, () => {

@@ -4,7 +4,7 @@
  */
 import { afterAll, describe, expect, test } from "bun:test";
 import { Rng, synthBlocks } from "../src/artifact/synth.ts";
-import { LmheadError, MlxDevice, MlxModelWeights, dequantize, formatInfo, knownTypeIds } from "../src/index.ts";
+import { LmheadError, MlxDevice, MlxModelWeights, dequantize, formatInfo, knownTypeIds, rowBytes } from "../src/index.ts";
 import { bits, buildHead, randomF32, referenceHead, rng } from "./support.ts";
 
 const device = MlxDevice.open("cpu");
@@ -73,6 +73,20 @@ for (const typeId of knownTypeIds) {
   });
 }
 
+describe("rowBytes: the native table's block sizes", () => {
+  test("whole blocks of each type, from the table; anything else is a typed error", () => {
+    expect(rowBytes(0, 2816)).toBe(2816 * 4); // F32
+    expect(rowBytes(8, 64)).toBe(2 * 34); // Q8_0: 32 values in 34 bytes
+    expect(rowBytes(14, 2816)).toBe(11 * 210); // Q6_K: 256 values in 210 bytes
+    expect(rowBytes(14, 0)).toBe(0);
+    expect(() => rowBytes(14, 2800)).toThrow(/2800 values is not a whole number of Q6_K blocks \(256 values each\)/);
+    expect(() => rowBytes(3, 32)).toThrow(/unknown ggml type id 3/);
+    expect(() => rowBytes(0, -4)).toThrow(LmheadError);
+    expect(() => rowBytes(0, 2.5)).toThrow(LmheadError);
+    expect(() => rowBytes(0, 2 ** 52)).toThrow(/overflow/);
+  });
+});
+
 describe("admission: one predicate for every path, checked before any dispatch", () => {
   const norm = () => {
     const b = device.allocBuffer(256 * 4);
@@ -102,7 +116,7 @@ describe("admission: one predicate for every path, checked before any dispatch",
   for (const typeId of knownTypeIds.filter((t) => !formatInfo(t)!.tiedHead)) {
     const f = formatInfo(typeId)!;
     test(`tied ${f.name} is rejected, untied ${f.name} is admitted`, () => {
-      const bytes = (256 / f.blockValues) * f.blockBytes * 4;
+      const bytes = rowBytes(typeId, 256) * 4;
       fails(admit(typeId, 256, bytes, true), new RegExp(`tied head of stored type ${f.name}`));
       expect(admit(typeId, 256, bytes, false)).not.toThrow();
     });
