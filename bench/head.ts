@@ -15,6 +15,7 @@ import { fixed } from "../src/decode/stats.ts";
 import { formatInfo, knownTypeIds, rowBytes, typeIdOf } from "../src/formats.ts";
 import { MlxModelWeights } from "../src/head.ts";
 import { limits } from "../src/native.ts";
+import { SplitMix32 } from "../src/random.ts";
 import { MlxDevice, type BackendKind } from "../src/runtime.ts";
 import { plotSvg, type PlotSeries } from "./svg.ts";
 import { fillHead } from "./weights.ts";
@@ -133,13 +134,8 @@ export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
 
 /** Seeded hidden rows, [maxRows, hidden]. */
 function benchRows(count: number, hidden: number, seed: number): Float32Array {
-  const out = new Float32Array(count * hidden);
-  let s = seed >>> 0;
-  for (let i = 0; i < out.length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = (s / 2 ** 32 - 0.5) * 6;
-  }
-  return out;
+  const rng = new SplitMix32(seed);
+  return new Float32Array(count * hidden).map(() => (rng.float() - 0.5) * 6);
 }
 
 export async function runBench(o: BenchOptions, log: (line: string) => void = () => {}): Promise<BenchResult> {

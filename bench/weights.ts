@@ -5,7 +5,8 @@
  * (2.95 GB) takes about a second instead of minutes of per-value generation; the repeat
  * period (4096 rows, many MB) is far past the caches, so the head still streams from memory.
  */
-import { Rng, synthBlocks } from "../src/artifact/synth.ts";
+import { synthBlocks } from "../src/artifact/synth.ts";
+import { Rng } from "../src/random.ts";
 import { rowBytes } from "../src/formats.ts";
 
 export const TILE_ROWS = 4096;

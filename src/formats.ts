@@ -75,12 +75,12 @@ export function rowBytes(typeId: number, values: number): number {
   return bytes;
 }
 
-/** Decodes whole blocks of ggml type typeId with the reference decoder (the kernels' own). */
-export function dequantize(typeId: number, bytes: Uint8Array): Float32Array {
+/** Decodes whole blocks of ggml type typeId with the reference decoder (the kernels' own), into `out` when given. */
+export function dequantize(typeId: number, bytes: Uint8Array, out?: Float32Array): Float32Array {
   const format = formatInfo(typeId);
   if (!format) throw new LmheadError("unsupported", `unknown ggml type id ${typeId}`);
   const values = (bytes.byteLength / format.blockBytes) * format.blockValues;
-  const out = new Float32Array(Number.isInteger(values) ? values : 0);
-  check(lib.lmh_dequantize(typeId, bytes.byteLength ? bytes : null, bytes.byteLength, out.length ? out : null, out.length), `dequantize ${format.name}`);
-  return out;
+  const dst = out ?? new Float32Array(Number.isInteger(values) ? values : 0);
+  check(lib.lmh_dequantize(typeId, bytes.byteLength ? bytes : null, bytes.byteLength, dst.length ? dst : null, dst.length), `dequantize ${format.name}`);
+  return dst;
 }

@@ -2,18 +2,17 @@
 // eviction, slot-aware byte equivalence (hf2q's slot_aware_* suite) for every known head type,
 // token selection (greedy ties, seeded sampling) and the default hidden source.
 import { afterAll, describe, expect, test } from "bun:test";
-import { Rng, synthBlocks } from "../src/artifact/synth.ts";
+import { synthBlocks } from "../src/artifact/synth.ts";
+import { hash32, Rng, SplitMix32 } from "../src/random.ts";
 import {
   DecodeLoop,
   EmbeddingHiddenSource,
   ProgressBar,
-  RequestRng,
   Sampler,
   argmax,
   denseEmbedding,
   describeEquivalence,
   parseSampling,
-  requestKey,
   slotAwareEquivalence,
   staggeredRequests,
   type DecodeRequest,
@@ -228,14 +227,14 @@ describe("token selection", () => {
     const s = new Sampler();
     // top-2 of {1, 3, 4} tied at 5 is {1, 3}; a cold temperature never leaves them.
     const picks = new Set<number>();
-    const r = new RequestRng(1);
+    const r = new SplitMix32(1);
     for (let i = 0; i < 200; i++) picks.add(s.pick(logits, sample(0.01, 2, 0), r));
     expect([...picks].sort()).toEqual([1, 3]);
   });
 
   test("sampling follows the softmax", () => {
     const s = new Sampler();
-    const r = new RequestRng(123);
+    const r = new SplitMix32(123);
     const logits = new Float32Array([0, Math.log(3)]);
     for (const topK of [0, 2]) {
       let ones = 0;
@@ -280,7 +279,7 @@ describe("default hidden source", () => {
 
   test("embedding row x sqrt(hidden) plus a bounded per-request, per-position perturbation (16x the row's RMS)", () => {
     const out = new Float32Array(hidden * 2);
-    const ctx = { id: "r", key: requestKey("r") };
+    const ctx = { id: "r", key: hash32("r") };
     source.fill(out, hidden, ctx, 42, 0);
     let rowSq = 0;
     for (let k = 0; k < hidden; k++) rowSq += (values[42 * hidden + k]! * Math.sqrt(hidden)) ** 2;
@@ -304,7 +303,7 @@ describe("default hidden source", () => {
     const other = new Float32Array(hidden);
     source.fill(other, 0, ctx, 42, 1);
     expect(other).not.toEqual(again);
-    source.fill(other, 0, { id: "s", key: requestKey("s") }, 42, 0);
+    source.fill(other, 0, { id: "s", key: hash32("s") }, 42, 0);
     expect(other).not.toEqual(again);
   });
 

@@ -3,7 +3,8 @@
  * accuracy against an f64 reference over the fixture-proven decoder, and admission.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { Rng, synthBlocks } from "../src/artifact/synth.ts";
+import { synthBlocks } from "../src/artifact/synth.ts";
+import { Rng } from "../src/random.ts";
 import { LmheadError, MlxDevice, MlxModelWeights, dequantize, formatInfo, knownTypeIds, rowBytes } from "../src/index.ts";
 import { bits, buildHead, randomF32, referenceHead, rng } from "./support.ts";
 

@@ -13,7 +13,7 @@
  */
 import { LmheadError } from "../errors.ts";
 import type { EmbeddingTable } from "../model.ts";
-import { mix32, requestKey } from "./sampling.ts";
+import { mix32, SplitMix32 } from "../random.ts";
 
 export type { EmbeddingTable };
 
@@ -21,7 +21,7 @@ export type { EmbeddingTable };
 export interface HiddenContext {
   /** The request id. */
   id: string;
-  /** requestKey(id), precomputed. */
+  /** hash32(id), precomputed. */
   key: number;
 }
 
@@ -47,6 +47,9 @@ export class EmbeddingHiddenSource implements HiddenSource {
   readonly hidden: number;
   readonly scale: number;
   readonly perturbation: number;
+  /** The embedding row being decoded, reused for every fill. */
+  readonly #row: Float32Array;
+  readonly #noise = new SplitMix32(0);
 
   constructor(
     readonly embedding: EmbeddingTable,
@@ -58,13 +61,14 @@ export class EmbeddingHiddenSource implements HiddenSource {
     if (!Number.isFinite(this.scale) || !Number.isFinite(this.perturbation) || this.perturbation < 0) {
       throw new LmheadError("invalid_argument", `hidden source: scale ${this.scale} and perturbation ${this.perturbation} must be finite (perturbation >= 0)`);
     }
+    this.#row = new Float32Array(this.hidden);
   }
 
   fill(out: Float32Array, offset: number, request: HiddenContext, token: number, position: number): void {
     if (!Number.isInteger(token) || token < 0 || token >= this.embedding.vocab) {
       throw new LmheadError("out_of_bounds", `token ${token} outside the vocabulary [0, ${this.embedding.vocab})`);
     }
-    const row = this.embedding.row(token);
+    const row = this.embedding.row(token, this.#row);
     const hidden = this.hidden;
     if (row.length !== hidden) throw new LmheadError("invalid_argument", `embedding row has ${row.length} values, expected ${hidden}`);
     const scale = this.scale;
@@ -73,12 +77,10 @@ export class EmbeddingHiddenSource implements HiddenSource {
     // Uniform in ±half has RMS half/√3.
     const half = this.perturbation * Math.abs(scale) * Math.sqrt((3 * sumSq) / hidden);
     const step = (2 * half) / 4294967296;
-    // A Weyl sequence through mix32, seeded by (request, position): no allocation per row.
-    let state = mix32(request.key ^ Math.imul(position + 1, 0x85ebca6b));
-    for (let k = 0; k < hidden; k++) {
-      state = (state + 0x9e3779b9) >>> 0;
-      out[offset + k] = row[k]! * scale + (mix32(state) * step - half);
-    }
+    // One stream per (request, position), on a reused generator: no allocation per row.
+    const noise = this.#noise;
+    noise.reseed(mix32(request.key ^ Math.imul(position + 1, 0x85ebca6b)));
+    for (let k = 0; k < hidden; k++) out[offset + k] = row[k]! * scale + (noise.u32() * step - half);
   }
 }
 
@@ -87,5 +89,3 @@ export function denseEmbedding(values: Float32Array, vocab: number, hidden: numb
   if (values.length !== vocab * hidden) throw new LmheadError("invalid_argument", `embedding has ${values.length} values, expected ${vocab}·${hidden}`);
   return { vocab, hidden, typeId, row: (token) => values.subarray(token * hidden, (token + 1) * hidden) };
 }
-
-export { requestKey };

@@ -12,7 +12,8 @@ import type { MlxModelWeights } from "../head.ts";
 import { LmheadError } from "../errors.ts";
 import { hostPhases } from "../phases.ts";
 import type { HiddenContext, HiddenSource } from "./hidden.ts";
-import { greedy, requestKey, requestRng, Sampler, type RequestRng, type Sampling } from "./sampling.ts";
+import { hash32, type SplitMix32 } from "../random.ts";
+import { greedy, requestRng, Sampler, type Sampling } from "./sampling.ts";
 
 export interface DecodeRequest {
   /** Unique within a loop. */
@@ -99,7 +100,7 @@ interface Active {
   request: DecodeRequest;
   context: HiddenContext;
   sampling: Sampling;
-  rng: RequestRng | null;
+  rng: SplitMix32 | null;
   stop: ReadonlySet<number> | null;
   result: RequestResult;
   inputToken: number;
@@ -287,7 +288,7 @@ export class DecodeLoop {
       result.slot = slot;
       this.#slotState[slot] = {
         request,
-        context: { id: request.id, key: requestKey(request.id) },
+        context: { id: request.id, key: hash32(request.id) },
         sampling,
         rng: requestRng(sampling, request.id),
         stop: request.stopTokens && request.stopTokens.length > 0 ? new Set(request.stopTokens) : null,
