@@ -161,7 +161,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       bar.update(done, `${f.name}: generating ${(bytes / 1e9).toFixed(2)} GB of weights`);
       using head = device.allocBuffer(bytes);
       const t0 = performance.now();
-      fillHead(head.hostView(), typeId, o.hidden, o.vocab, o.seed);
+      head.withHostBytes((bytes) => fillHead(bytes, typeId, o.hidden, o.vocab, o.seed));
       const genMs = performance.now() - t0;
       using weights = new MlxModelWeights(device, {
         hiddenSize: o.hidden, vocabSize: o.vocab, finalNorm: normBuffer, head, headType: typeId, tied: false,

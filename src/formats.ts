@@ -1,6 +1,7 @@
 /** The block formats, as the native table (native/numerics/formats.zig) defines them. */
 import { LmheadError } from "./errors.ts";
 import { check, lib, nativeString } from "./native.ts";
+import { expectTyped } from "./typed.ts";
 
 export interface FormatInfo {
   /** ggml type id. */
@@ -77,6 +78,8 @@ export function rowBytes(typeId: number, values: number): number {
 
 /** Decodes whole blocks of ggml type typeId with the reference decoder (the kernels' own), into `out` when given. */
 export function dequantize(typeId: number, bytes: Uint8Array, out?: Float32Array): Float32Array {
+  expectTyped(bytes, "Uint8Array", "dequantize: bytes");
+  if (out !== undefined) expectTyped(out, "Float32Array", "dequantize: out");
   const format = formatInfo(typeId);
   if (!format) throw new LmheadError("unsupported", `unknown ggml type id ${typeId}`);
   const values = (bytes.byteLength / format.blockBytes) * format.blockValues;

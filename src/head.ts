@@ -7,6 +7,7 @@ import { LmheadError } from "./errors.ts";
 import { check, lib, limits } from "./native.ts";
 import { hostPhases } from "./phases.ts";
 import { GraphSession, type MlxBuffer, type MlxDevice } from "./runtime.ts";
+import { expectTyped } from "./typed.ts";
 
 export interface HeadWeights {
   hiddenSize: number;
@@ -33,6 +34,7 @@ export class BatchedHeadOut {
 
   /** The one way to build a BatchedHeadOut: rejects NaN and ±Inf, naming the offset and value. */
   static fromLogits(logits: Float32Array, rows: number, vocab: number): BatchedHeadOut {
+    expectTyped(logits, "Float32Array", "BatchedHeadOut.fromLogits: logits");
     if (logits.length !== rows * vocab) {
       throw new LmheadError("invalid_argument", `logits len ${logits.length} != rows*vocab ${rows * vocab}`);
     }
@@ -97,12 +99,13 @@ export class MlxModelWeights {
    */
   lmHeadBatched(hiddenRows: Float32Array, n: number): BatchedHeadOut {
     if (!Number.isSafeInteger(n) || n < 0) throw new LmheadError("invalid_argument", `lm_head_batched: n ${n} is not a non-negative integer`);
+    const values = this.#logitValues(n);
+    expectTyped(hiddenRows, "Float32Array", "lm_head_batched: hidden_rows");
     const expected = n * this.hiddenSize;
     if (hiddenRows.length !== expected) {
       throw new LmheadError("invalid_argument", `lm_head_batched: hidden_rows len ${hiddenRows.length} != n*hidden_size ${expected} (n ${n}, hidden ${this.hiddenSize})`);
     }
     if (n === 0) return BatchedHeadOut.fromLogits(new Float32Array(0), 0, this.vocabSize);
-    const values = this.#logitValues(n);
 
     const scratch = this.#scratchFor(n);
     using hidden = scratch.hidden.view(0, expected * 4);

@@ -262,6 +262,13 @@ describe("token selection", () => {
     head.weights[Symbol.dispose]();
   });
 
+  test("token selection refuses logits that are not a Float32Array", () => {
+    expect(() => argmax([1, 2] as unknown as Float32Array)).toThrow("argmax: values must be a Float32Array, got Array(2)");
+    expect(() => new Sampler().pick(new Float64Array(2) as unknown as Float32Array, sample(1, 0, 1), null)).toThrow(
+      "sampler: logits must be a Float32Array, got Float64Array(2)",
+    );
+  });
+
   test("parseSampling", () => {
     expect(parseSampling("greedy")).toEqual({ kind: "greedy" });
     expect(parseSampling("temp:0.8,topk:20,seed:7")).toEqual({ kind: "sample", temperature: 0.8, topK: 20, seed: 7 });
@@ -305,6 +312,31 @@ describe("default hidden source", () => {
     expect(other).not.toEqual(again);
     source.fill(other, 0, { id: "s", key: hash32("s") }, 42, 0);
     expect(other).not.toEqual(again);
+  });
+
+  test("it writes only into a Float32Array with room for the row", () => {
+    const ctx = { id: "r", key: hash32("r") };
+    expect(() => source.fill([] as unknown as Float32Array, 0, ctx, 1, 0)).toThrow("hidden source: out must be a Float32Array, got Array(0)");
+    expect(() => source.fill(new Float32Array(hidden), 1, ctx, 1, 0)).toThrow(`row [1, ${hidden + 1}) outside out's ${hidden} values`);
+    expect(() => denseEmbedding([0] as unknown as Float32Array, 1, 1)).toThrow("dense embedding: values must be a Float32Array, got Array(1)");
+  });
+
+  test("it decodes every embedding row into one reused array", () => {
+    const outs = new Set<Float32Array | undefined>();
+    const table = {
+      vocab,
+      hidden,
+      typeId: 0,
+      row: (token: number, out?: Float32Array) => {
+        outs.add(out);
+        return values.subarray(token * hidden, (token + 1) * hidden);
+      },
+    };
+    const spied = new EmbeddingHiddenSource(table);
+    const row = new Float32Array(hidden);
+    for (let t = 0; t < 5; t++) spied.fill(row, 0, { id: "r", key: hash32("r") }, t, t);
+    expect(outs.size).toBe(1);
+    expect([...outs][0]).toBeInstanceOf(Float32Array);
   });
 
   test("out-of-vocabulary tokens are refused", () => {

@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { BatchedHeadOut, LmheadError, MlxDevice, counters } from "../src/index.ts";
+import { BatchedHeadOut, LmheadError, MlxDevice, counters, dequantize } from "../src/index.ts";
 import { GraphSession } from "../src/runtime.ts";
 import { bits, f32Head, randomF32, referenceHead, rng } from "./support.ts";
 
@@ -133,6 +133,52 @@ describe("bad input is a typed error and the process lives", () => {
     }
     throw new Error("no error thrown");
   };
+
+  test("hidden rows of any type but Float32Array are refused, naming the type", () => {
+    const n = 2;
+    const len = n * hidden;
+    const bad: [unknown, string][] = [
+      [Array.from({ length: len }, () => 1), `Array(${len})`],
+      [{ length: len }, "Object"],
+      [new Int32Array(len), `Int32Array(${len})`],
+      [new Uint8Array(len), `Uint8Array(${len})`],
+      [new Float64Array(len), `Float64Array(${len})`],
+      [new DataView(new ArrayBuffer(len * 4)), `DataView(${len * 4})`],
+      [null, "null"],
+      [undefined, "undefined"],
+    ];
+    for (const [value, name] of bad) {
+      const call = () => head.weights.lmHeadBatched(value as Float32Array, n);
+      expect(code(call)).toBe("invalid_argument");
+      expect(call).toThrow(`lm_head_batched: hidden_rows must be a Float32Array, got ${name}`);
+    }
+  });
+
+  test("a Float32Array at any offset, over any kind of buffer, is taken as it is", () => {
+    const n = 2;
+    const x = rows(n, 31);
+    const want = head.weights.lmHeadBatched(x, n).logits.slice();
+    const shared = new Float32Array(new SharedArrayBuffer((x.length + 3) * 4), 12, x.length);
+    const offset = new Float32Array(x.length + 1).subarray(1);
+    for (const view of [shared, offset]) {
+      view.set(x);
+      expect(bits(head.weights.lmHeadBatched(view, n).logits)).toEqual(bits(want));
+    }
+  });
+
+  test("buffers, dequantize and BatchedHeadOut refuse what is not the typed array they take", () => {
+    using b = device.allocBuffer(16);
+    expect(() => b.write([1, 2, 3, 4] as unknown as Float32Array)).toThrow("write buffer: data must be a typed array or DataView, got Array(4)");
+    expect(() => b.write(null as unknown as Float32Array)).toThrow("got null");
+    expect(() => b.readInto({ length: 4 } as unknown as Float32Array)).toThrow("read buffer: destination must be a typed array or DataView, got Object");
+    expect(() => device.wrapHost(new Float32Array(4) as unknown as Uint8Array)).toThrow("wrap host memory must be a Uint8Array, got Float32Array(4)");
+    expect(() => dequantize(0, [0, 0, 0, 0] as unknown as Uint8Array)).toThrow("dequantize: bytes must be a Uint8Array, got Array(4)");
+    expect(() => dequantize(0, new Uint8Array(8), new Int32Array(2) as unknown as Float32Array)).toThrow("dequantize: out must be a Float32Array, got Int32Array(2)");
+    expect(() => BatchedHeadOut.fromLogits(new Uint32Array(4) as unknown as Float32Array, 1, 4)).toThrow("logits must be a Float32Array, got Uint32Array(4)");
+    // A DataView is a view like any other.
+    b.write(new DataView(new Float32Array([1, 2, 3, 4]).buffer));
+    expect(Array.from(b.readF32())).toEqual([1, 2, 3, 4]);
+  });
 
   test("wrong hidden length names both numbers", () => {
     expect(() => head.weights.lmHeadBatched(new Float32Array(hidden * 2 - 1), 2)).toThrow(

@@ -1,5 +1,5 @@
-/** The runtime under the head: registry, trace, host phases, and the C ABI under random misuse. */
-import { afterAll, expect, test } from "bun:test";
+/** The runtime under the head: registry, trace, host phases, the C ABI under random misuse, lent host bytes. */
+import { afterAll, describe, expect, test } from "bun:test";
 import { lib } from "../src/native.ts";
 import { GraphSession, LmheadError, MlxDevice, hostPhases } from "../src/index.ts";
 import { f32Head, randomF32, rng } from "./support.ts";
@@ -108,4 +108,41 @@ test("buffers dropped without free are released when collected", async () => {
   }
   using last = device.allocBuffer(4);
   expect(last.bytes).toBe(4);
+});
+
+describe("host bytes are lent inside a callback and never outlive the buffer", () => {
+  test("the bytes are the buffer's memory during the callback and empty after it", () => {
+    const b = device.allocBuffer(16);
+    let kept = new Uint8Array(0);
+    const sum = b.withHostBytes((bytes) => {
+      bytes.set([1, 2, 3, 4], 4); // zero-copy: a write here is a write to the buffer
+      kept = bytes;
+      return bytes.reduce((a, v) => a + v, 0);
+    });
+    expect(sum).toBe(10);
+    expect(Array.from(b.read(4, 4))).toEqual([1, 2, 3, 4]);
+    expect(kept.length).toBe(0); // detached: reading past the callback gives nothing, not memory
+    b.free();
+    expect(kept[0]).toBeUndefined(); // ...even after the buffer is gone
+  });
+
+  test("the buffer cannot be freed while its bytes are lent", () => {
+    const b = device.allocBuffer(16);
+    expect(() => b.withHostBytes(() => b.free())).toThrow("free buffer: its bytes are lent to a withHostBytes callback");
+    b.free(); // and can be after
+  });
+
+  test("bytes transferred out of the callback stay valid: the buffer's memory is pinned", () => {
+    const b = device.allocBuffer(16);
+    let moved = new ArrayBuffer(0);
+    expect(() =>
+      b.withHostBytes((bytes) => {
+        bytes.fill(9);
+        moved = bytes.buffer.transfer();
+      }),
+    ).toThrow("the lent bytes were transferred out of the callback");
+    b.free();
+    Bun.gc(true);
+    expect(Array.from(new Uint8Array(moved))).toEqual(new Array(16).fill(9));
+  });
 });

@@ -14,6 +14,7 @@
 import { LmheadError } from "../errors.ts";
 import type { EmbeddingTable } from "../model.ts";
 import { mix32, SplitMix32 } from "../random.ts";
+import { expectTyped } from "../typed.ts";
 
 export type { EmbeddingTable };
 
@@ -65,6 +66,10 @@ export class EmbeddingHiddenSource implements HiddenSource {
   }
 
   fill(out: Float32Array, offset: number, request: HiddenContext, token: number, position: number): void {
+    expectTyped(out, "Float32Array", "hidden source: out");
+    if (!Number.isSafeInteger(offset) || offset < 0 || offset + this.hidden > out.length) {
+      throw new LmheadError("out_of_bounds", `hidden source: row [${offset}, ${offset + this.hidden}) outside out's ${out.length} values`);
+    }
     if (!Number.isInteger(token) || token < 0 || token >= this.embedding.vocab) {
       throw new LmheadError("out_of_bounds", `token ${token} outside the vocabulary [0, ${this.embedding.vocab})`);
     }
@@ -86,6 +91,7 @@ export class EmbeddingHiddenSource implements HiddenSource {
 
 /** An embedding table over a decoded [vocab, hidden] f32 array (tests; small heads). */
 export function denseEmbedding(values: Float32Array, vocab: number, hidden: number, typeId = 0): EmbeddingTable {
+  expectTyped(values, "Float32Array", "dense embedding: values");
   if (values.length !== vocab * hidden) throw new LmheadError("invalid_argument", `embedding has ${values.length} values, expected ${vocab}·${hidden}`);
   return { vocab, hidden, typeId, row: (token) => values.subarray(token * hidden, (token + 1) * hidden) };
 }

@@ -6,6 +6,7 @@
  */
 import { LmheadError } from "../errors.ts";
 import { hash32, mix32, SplitMix32 } from "../random.ts";
+import { expectTyped } from "../typed.ts";
 
 export type Sampling =
   | { kind: "greedy" }
@@ -70,6 +71,7 @@ export function samplingText(s: Sampling): string {
 
 /** Index of the largest value; ties go to the lowest index (hf2q's GPU argmax contract). */
 export function argmax(values: Float32Array): number {
+  expectTyped(values, "Float32Array", "argmax: values");
   let best = 0;
   let bestValue = values[0]!;
   for (let i = 1; i < values.length; i++) {
@@ -92,6 +94,7 @@ export class Sampler {
 
   /** Picks a token from one row of logits. */
   pick(logits: Float32Array, sampling: Sampling, rng: SplitMix32 | null): number {
+    expectTyped(logits, "Float32Array", "sampler: logits");
     if (sampling.kind === "greedy") return argmax(logits);
     if (rng === null) throw new LmheadError("invalid_argument", "sampling needs a request rng");
     const t = sampling.temperature;
