@@ -37,18 +37,23 @@ test("the encode trace prints every dispatch and barrier to stderr", async () =>
   ]);
 });
 
-test("host phase timers are off by default and accumulate head wait and readback when on", () => {
-  const head = f32Head(device, 256, 10, 2);
+test("host phase timers are off by default and accumulate head wait, readback and check when on", () => {
+  using head = f32Head(device, 256, 10, 2);
   hostPhases.reset();
   head.weights.lmHeadBatched(randomF32(256, rng(2)), 1);
   expect(hostPhases.snapshot().headWait.calls).toBe(0);
   hostPhases.enabled = true;
   try {
     head.weights.lmHeadBatched(randomF32(512, rng(3)), 2);
-    const phases = hostPhases.snapshot();
+    let phases = hostPhases.snapshot();
     expect(phases.headWait.calls).toBe(1);
-    expect(phases.headReadback.calls).toBe(1);
+    expect(phases.headReadback.calls).toBe(0); // the CPU lends its logits: nothing to copy
+    expect(phases.headCheck.calls).toBe(1);
     expect(phases.headWait.totalNs).toBeGreaterThan(0);
+    head.weights.lmHeadBatched(randomF32(512, rng(3)), 2, new Float32Array(20));
+    phases = hostPhases.snapshot();
+    expect(phases.headReadback.calls).toBe(1); // into the caller's array
+    expect(phases.headCheck.calls).toBe(2);
   } finally {
     hostPhases.enabled = false;
     hostPhases.reset();

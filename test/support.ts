@@ -15,7 +15,8 @@ export function randomF32(count: number, random: () => number, scale = 1): Float
   return out;
 }
 
-export interface TestHead {
+/** A head over device buffers of its own; `using` (or dispose) frees them and the head's scratch. */
+export interface TestHead extends Disposable {
   device: MlxDevice;
   weights: MlxModelWeights;
   norm: Float32Array;
@@ -63,7 +64,14 @@ export function buildHead(
     finalLogitSoftcapping: cap,
     rmsNormEps: eps,
   });
-  return { device, weights, norm, headBytes, headValues, hidden, vocab, cap, eps };
+  return {
+    device, weights, norm, headBytes, headValues, hidden, vocab, cap, eps,
+    [Symbol.dispose]() {
+      weights[Symbol.dispose]();
+      normBuffer.free();
+      headBuffer.free();
+    },
+  };
 }
 
 /** The head in f64: norm, dot with the decoded weights, softcap. Also returns Σ|y·w| per logit for error bounds. */
