@@ -15,6 +15,10 @@ export {
   type DecodeLoopOptions,
   type DecodeRequest,
   type DecodeReport,
+  type DecodeStats,
+  type RequestResult,
+  type StepEvent,
+  type TokenEvent,
   type HiddenSource,
   type Sampling,
 } from "./decode/index.ts";

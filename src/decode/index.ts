@@ -4,6 +4,7 @@ export { EmbeddingHiddenSource, denseEmbedding, type EmbeddingSourceOptions, typ
 export { Sampler, argmax, greedy, parseSampling, requestRng, samplingText, type Sampling } from "./sampling.ts";
 export { compareBatched, describeEquivalence, serialReference, slotAwareEquivalence, type EquivalenceOptions, type EquivalenceReport, type Mismatch, type SerialReference } from "./equivalence.ts";
 export { staggeredRequests, type WorkloadOptions } from "./workload.ts";
+export { LogHistogram, type Quantiles } from "./histogram.ts";
 export { measureReadBandwidth, type BandwidthOptions, type BandwidthResult } from "./bandwidth.ts";
 export { formatDecodeSummary, runDecodeJob, type DecodeJobOptions, type DecodeJobSummary } from "./job.ts";
 export { ProgressBar } from "./progress.ts";

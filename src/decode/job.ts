@@ -13,7 +13,7 @@ import { EmbeddingHiddenSource, type EmbeddingTable, type HiddenSource } from ".
 import { DecodeLoop } from "./loop.ts";
 import { ProgressBar } from "./progress.ts";
 import { samplingText, type Sampling } from "./sampling.ts";
-import { fixed, percentile, sum } from "./stats.ts";
+import { fixed } from "./stats.ts";
 import { staggeredRequests } from "./workload.ts";
 
 export interface DecodeJobOptions {
@@ -42,7 +42,7 @@ export interface DecodeJobOptions {
 export interface DecodeJobSummary {
   model: { path: string; arch: string; headType: string; tied: boolean; hidden: number; vocab: number; headBytes: number; softcap: number | null };
   device: string;
-  workload: { slots: number; steps: number; requests: number; admitted: number; finished: number; sampling: string; meanRows: number };
+  workload: { slots: number; steps: number; requests: number; admitted: number; finished: number; failed: number; sampling: string; meanRows: number };
   slotTokens: number;
   wallMs: number;
   slotTokensPerSec: number;
@@ -72,7 +72,7 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
   });
 
   // One warm-up call: scratch allocation and first touch of the weight pages stay out of the figures.
-  weights.lmHeadBatched(new Float32Array(o.slots * weights.hiddenSize), o.slots);
+  weights.lmHeadBatched(new Float32Array(o.slots * weights.hiddenSize).fill(1), o.slots);
 
   const bar = new ProgressBar("lmhead decode", o.steps, { enabled: o.progress });
   const loop = new DecodeLoop(weights, {
@@ -94,13 +94,12 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
   const phases = hostPhases.snapshot();
   const st = report.stats;
   const calls = Math.max(1, st.calls);
-  const headMs = st.headNsPerCall.map((ns) => ns / 1e6);
   const perStep = (ns: number) => ns / 1e6 / calls;
   const headWait = phases.headWait.totalNs;
   const headReadback = phases.headReadback.totalNs;
   const finalize = phases.finalize.totalNs;
   const headBytes = weights.head.bytes;
-  const weightsGBs = (headBytes * st.calls) / sum(st.headNsPerCall);
+  const weightsGBs = (headBytes * st.calls) / st.headNs;
 
   const bandwidth = o.probeBytes > 0 ? measureReadBandwidth(o.device, { bytes: o.probeBytes }) : null;
 
@@ -141,14 +140,15 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
       steps: st.calls,
       requests: requests.length,
       admitted: st.admissions,
-      finished: st.evictions,
+      finished: st.finished,
+      failed: st.failed,
       sampling: samplingText(o.sampling),
       meanRows: st.slotTokens / calls,
     },
     slotTokens: st.slotTokens,
     wallMs: st.wallNs / 1e6,
     slotTokensPerSec: st.slotTokens / (st.wallNs / 1e9),
-    headMs: { p50: percentile(headMs, 50), p99: percentile(headMs, 99), mean: sum(headMs) / calls },
+    headMs: { p50: st.headNsQuantiles.p50 / 1e6, p99: st.headNsQuantiles.p99 / 1e6, mean: st.headNs / 1e6 / calls },
     phasesMsPerStep: {
       headWait: perStep(headWait),
       headReadback: perStep(headReadback),
@@ -174,7 +174,8 @@ export function formatDecodeSummary(s: DecodeJobSummary): string {
     `model       ${m.path}`,
     `            ${m.arch}, ${m.tied ? "tied" : "untied"} ${m.headType} head ${m.vocab} x ${m.hidden} (${mb(m.headBytes)}), softcap ${m.softcap ?? "off"}`,
     `device      ${s.device}`,
-    `workload    ${s.workload.slots} slots, ${s.workload.steps} steps, ${s.workload.admitted} requests admitted and ${s.workload.finished} finished (staggered arrivals), ${s.workload.sampling}, ${fixed(s.workload.meanRows, 2)} rows/step`,
+    `workload    ${s.workload.slots} slots, ${s.workload.steps} steps, ${s.workload.admitted} requests admitted and ${s.workload.finished} finished` +
+      `${s.workload.failed > 0 ? `, ${s.workload.failed} failed` : ""} (staggered arrivals), ${s.workload.sampling}, ${fixed(s.workload.meanRows, 2)} rows/step`,
     ``,
     `slot-tokens/s      ${fixed(s.slotTokensPerSec, 2)}   (${s.slotTokens} slot-tokens in ${s.wallMs >= 1000 ? `${fixed(s.wallMs / 1000, 2)} s` : `${fixed(s.wallMs, 2)} ms`})`,
     `head ms/step       p50 ${fixed(s.headMs.p50, 2)}   p99 ${fixed(s.headMs.p99, 2)}   mean ${fixed(s.headMs.mean, 2)}`,
