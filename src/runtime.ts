@@ -16,7 +16,23 @@ export type BackendKind = "cpu" | "metal" | "cuda";
  * view still uses lives on until they end.
  */
 const release = new FinalizationRegistry<() => void>((free) => free());
-const backendKinds: readonly BackendKind[] = ["cpu", "metal", "cuda"];
+
+/** Every backend, in the native library's order (its device kind ids). */
+export const backendKinds: readonly BackendKind[] = ["cpu", "metal", "cuda"];
+
+/** A read-bandwidth measurement: the floor of a head call is weight bytes / `gbs`. */
+export interface BandwidthResult {
+  /** Bytes read per pass. */
+  bytes: number;
+  passes: number;
+  /** GB/s (1e9 bytes) with all of the device's threads: the reference a head is compared against. */
+  gbs: number;
+  /** GB/s with one thread. */
+  oneThreadGbs: number;
+  threads: number;
+  /** How it was measured, in words. */
+  method: string;
+}
 
 export class MlxDevice implements Disposable {
   readonly kind: BackendKind;
@@ -67,15 +83,30 @@ export class MlxDevice implements Disposable {
     );
   }
 
+  /** The probe buffer sizes readBandwidth accepts (the native probe's bounds), and its default. */
+  static readonly probeBytes = { min: 2 ** 24, max: 2 ** 34, default: 512 * 2 ** 20 } as const;
+
   /**
-   * This machine's read bandwidth in bytes per second, the floor of a head call
-   * (weight bytes / bandwidth): the median of `passes` reads of `bytes`, with all of the
-   * device's threads (the figure a head is compared against) and with one.
+   * This machine's read bandwidth, measured in the same process as the figures it scales:
+   * the median of `passes` reads of `bytes` (default 512 MiB, 16× a 32 MiB L3) on the device's
+   * own threads with wide loads, as the head reads, and with one thread.
    */
-  readBandwidth(bytes = 512 * 2 ** 20, passes = 5): { allThreads: number; oneThread: number } {
+  readBandwidth(opts: { bytes?: number; passes?: number } = {}): BandwidthResult {
+    const { min, max } = MlxDevice.probeBytes;
+    const bytes = opts.bytes ?? MlxDevice.probeBytes.default;
+    const passes = opts.passes ?? 5;
+    if (!Number.isSafeInteger(bytes) || bytes < min || bytes > max) throw new LmheadError("out_of_bounds", `bandwidth probe of ${bytes} bytes outside [${min}, ${max}]`);
+    checkCount(passes, "probe passes");
     const out = new Float64Array(2);
     check(lib.lmh_device_read_bandwidth(this.handle, bytes, passes, out), "read bandwidth");
-    return { allThreads: out[0]!, oneThread: out[1]! };
+    return {
+      bytes,
+      passes,
+      gbs: out[0]! / 1e9,
+      oneThreadGbs: out[1]! / 1e9,
+      threads: this.threads,
+      method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with wide vector loads on the device's ${this.threads} threads, median of ${passes}`,
+    };
   }
 
   close(): void {

@@ -7,7 +7,6 @@ import { hash32, Rng, SplitMix32 } from "../src/random.ts";
 import {
   DecodeLoop,
   EmbeddingHiddenSource,
-  ProgressBar,
   Sampler,
   argmax,
   denseEmbedding,
@@ -483,33 +482,5 @@ describe("a long-running loop holds only what is queued or running", () => {
     expect(stats.callsByRows.reduce((a, b) => a + b, 0)).toBe(stats.calls);
     expect(stats.headNsQuantiles.p50).toBeGreaterThan(0);
     expect(stats.headNsQuantiles.p50).toBeLessThanOrEqual(stats.headNsQuantiles.max);
-  });
-});
-
-describe("progress bar", () => {
-  const fake = (isTTY: boolean) => {
-    const writes: string[] = [];
-    return { writes, stream: { isTTY, columns: 80, write: (s: string) => writes.push(s) > 0 } as unknown as NodeJS.WriteStream };
-  };
-
-  test("draws and clears one line on a TTY", () => {
-    const { writes, stream } = fake(true);
-    const bar = new ProgressBar("lmhead decode", 4, { stream });
-    bar.update(4, "steps");
-    bar.finish();
-    expect(writes[0]).toStartWith("\r\x1b[2Klmhead decode [");
-    expect(writes[0]).toContain("] 4/4 steps");
-    expect(writes.at(-1)).toBe("\r\x1b[2K");
-  });
-
-  test("prints nothing when not a TTY, or when disabled", () => {
-    for (const [isTTY, enabled] of [[false, true], [true, false]] as const) {
-      const { writes, stream } = fake(isTTY);
-      const bar = new ProgressBar("x", 2, { stream, enabled });
-      bar.update(1);
-      bar.update(2);
-      bar.finish();
-      expect(writes).toEqual([]);
-    }
   });
 });
