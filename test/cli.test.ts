@@ -172,14 +172,14 @@ describe("lmhead decode", () => {
 });
 
 describe("the package's command line and the checkout's", () => {
-  test("the package bin has the package's commands; bench comes with the checkout", () => {
+  test("the package bin has the package's commands; bench and soak come with the checkout", () => {
     const help = bin("--help");
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^  decode /m);
-    expect(help.stdout).not.toMatch(/^  bench /m);
+    expect(help.stdout).not.toMatch(/^  (bench|soak) /m);
     expectOneLineError(bin("bench"), "unknown command 'bench' (commands: decode;");
     const checkout = lmhead("--help");
-    for (const name of ["decode", "bench"]) expect(checkout.stdout).toMatch(new RegExp(`^  ${name} `, "m"));
+    for (const name of ["decode", "bench", "soak"]) expect(checkout.stdout).toMatch(new RegExp(`^  ${name} `, "m"));
   });
 
   test("nothing under src/ imports bench/, and src/decode/ nothing of the command line", () => {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bun
 /**
  * The lmhead command line: a table of commands, each parsing its own flags. The package's
- * commands are here (decode); a source checkout adds its own (bench) through
+ * commands are here (decode); a source checkout adds its own (bench, soak) through
  * bench/cli.ts, so this package never imports bench/.
  * Errors are one line on stderr and a non-zero exit: 2 for usage, 1 for everything else.
  */
