@@ -31,6 +31,7 @@ for (const typeId of knownTypeIds) {
   const name = formatInfo(typeId)!.name;
   describe(name, () => {
     const head = typeHead(typeId, 1000 + typeId);
+    afterAll(() => head[Symbol.dispose]());
     const hidden = head.hidden;
     const pool = randomF32(100 * hidden, rng(typeId), 2);
     const row = (i: number) => pool.subarray(i * hidden, (i + 1) * hidden);
@@ -97,7 +98,8 @@ describe("admission: one predicate for every path, checked before any dispatch",
   const admit = (typeId: number, hidden: number, headBytes: number, tied: boolean) => () => {
     using head = device.allocBuffer(headBytes);
     using n = norm();
-    const finalNorm = hidden === 256 ? n : device.allocBuffer(hidden * 4);
+    using other = hidden === 256 ? null : device.allocBuffer(hidden * 4);
+    const finalNorm = other ?? n;
     new MlxModelWeights(device, { hiddenSize: hidden, vocabSize: 4, finalNorm, head, headType: typeId, tied, finalLogitSoftcapping: 30, rmsNormEps: 1e-6 });
   };
   const fails = (fn: () => void, message: RegExp) => {

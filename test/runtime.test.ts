@@ -10,7 +10,7 @@ afterAll(() => device.close());
 test("the kernel registry resolves each kernel on first use", () => {
   using fresh = MlxDevice.open("cpu");
   expect(fresh.registry.kernels()).toEqual([]);
-  const head = f32Head(fresh, 256, 10, 1);
+  using head = f32Head(fresh, 256, 10, 1);
   head.weights.lmHeadBatched(randomF32(256, rng(1)), 1);
   expect(fresh.registry.kernels().sort()).toEqual(["matvec_F32_f32", "rms_norm_f32", "softcap_f32"]);
 });
