@@ -1,5 +1,5 @@
 /**
- * Slot-aware byte equivalence (hf2q's slot_aware_* suite, H-S1-rowparity): a set of requests
+ * Slot-aware byte equivalence, the README's row-identity promise end to end: a set of requests
  * run through the batched loop (S slots, staggered admission and eviction) must give, for every
  * request, exactly the tokens and the logits (u32 bits) it gets running alone (n = 1, serial).
  */
