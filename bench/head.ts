@@ -5,21 +5,22 @@
  * batched-vs-scalar ratio: the time of N one-row calls over one N-row call (> 1: batching wins).
  * Writes a JSON result and an SVG plot.
  */
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { commonFlags, flagHelp, intFlag, intListFlag, parseFlags, stringFlag, UsageError, type FlagSpec } from "../src/decode/args.ts";
-import { measureReadBandwidth, type BandwidthResult } from "../src/decode/bandwidth.ts";
-import { ProgressBar } from "../src/decode/progress.ts";
-import { fixed } from "../src/decode/stats.ts";
-import { formatInfo, knownTypeIds, typeIdOf } from "../src/formats.ts";
+import { backendFlag, commonFlags, flagHelp, intFlag, intListFlag, parseFlags, probeFlag, stringFlag, UsageError, type FlagSpec } from "../src/cli/args.ts";
+import { fixed } from "../src/cli/format.ts";
+import type { Command } from "../src/cli/main.ts";
+import { ProgressBar } from "../src/cli/progress.ts";
+import { formatInfo, knownTypeIds, rowBytes, typeIdOf } from "../src/formats.ts";
 import { MlxModelWeights } from "../src/head.ts";
 import { limits } from "../src/native.ts";
-import { MlxDevice, type BackendKind } from "../src/runtime.ts";
+import { SplitMix32 } from "../src/random.ts";
+import { MlxDevice, type BackendKind, type BandwidthResult } from "../src/runtime.ts";
 import { formatPeerTable, parsePeerOptions, PeerBench, peerDefaultVocab, peerFlags, type PeerOptions, type PeerResult } from "./peer/compare.ts";
 import { plotSvg, type PlotSeries } from "./svg.ts";
 import { textTable } from "./table.ts";
 import { timeTasks, type TimedTask } from "./tasks.ts";
-import { fillHead, headBytes } from "./weights.ts";
+import { fillHead } from "./weights.ts";
 
 export interface BenchOptions {
   typeIds: number[];
@@ -116,11 +117,16 @@ export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
   const vocab = intFlag(flags, "vocab", peer ? peerDefaultVocab : 262144, 1, limits.maxVocab, cmd);
   const hidden = intFlag(flags, "hidden", 2816, 1, limits.maxHidden, cmd);
   for (const t of typeIds) {
-    const f = formatInfo(t)!;
-    if (hidden % f.blockValues !== 0) throw new UsageError(`${cmd}: --hidden ${hidden} is not a multiple of the ${f.name} block (${f.blockValues})`);
+    try {
+      rowBytes(t, hidden);
+    } catch (e) {
+      throw new UsageError(`${cmd}: --hidden ${hidden}: ${(e as Error).message}`);
+    }
   }
-  const backend = stringFlag(flags, "backend") ?? "cpu";
-  if (!["cpu", "metal", "cuda"].includes(backend)) throw new UsageError(`${cmd}: --backend must be cpu, metal or cuda, got '${backend}'`);
+  const backend = backendFlag(flags, cmd);
+  const probeBytes = probeFlag(flags, cmd);
+  const outDir = resolve(stringFlag(flags, "out") ?? join(import.meta.dir, "results"));
+  checkWritable(outDir, cmd);
   return {
     typeIds,
     rows,
@@ -129,9 +135,9 @@ export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
     iterations: intFlag(flags, "iterations", 3, 1, 10000, cmd),
     warmup: intFlag(flags, "warmup", 1, 0, 10000, cmd),
     seed: intFlag(flags, "seed", 1, 0, 0xffffffff, cmd),
-    backend: backend as BackendKind,
-    outDir: resolve(stringFlag(flags, "out") ?? join(import.meta.dir, "results")),
-    probeBytes: intFlag(flags, "probe-mib", 512, 0, 65536, cmd) * 2 ** 20,
+    backend,
+    outDir,
+    probeBytes,
     progress: !flags.has("no-progress"),
     peer,
   };
@@ -139,13 +145,8 @@ export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
 
 /** Seeded hidden rows, [maxRows, hidden]. */
 function benchRows(count: number, hidden: number, seed: number): Float32Array {
-  const out = new Float32Array(count * hidden);
-  let s = seed >>> 0;
-  for (let i = 0; i < out.length; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    out[i] = (s / 2 ** 32 - 0.5) * 6;
-  }
-  return out;
+  const rng = new SplitMix32(seed);
+  return new Float32Array(count * hidden).map(() => (rng.float() - 0.5) * 6);
 }
 
 export async function runBench(o: BenchOptions, log: (line: string) => void = () => {}): Promise<BenchResult> {
@@ -168,18 +169,18 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
   try {
     for (const typeId of o.typeIds) {
       const f = formatInfo(typeId)!;
-      const bytes = headBytes(typeId, o.hidden, o.vocab);
+      const bytes = rowBytes(typeId, o.hidden) * o.vocab;
       bar.update(done, `${f.name}: generating ${(bytes / 1e9).toFixed(2)} GB of weights`);
       using head = device.allocBuffer(bytes);
       const t0 = performance.now();
-      fillHead(head.hostView(), typeId, o.hidden, o.vocab, o.seed);
+      head.withHostBytes((bytes) => fillHead(bytes, typeId, o.hidden, o.vocab, o.seed));
       const genMs = performance.now() - t0;
       using weights = new MlxModelWeights(device, {
         hiddenSize: o.hidden, vocabSize: o.vocab, finalNorm: normBuffer, head, headType: typeId, tied: false,
         finalLogitSoftcapping: 30, rmsNormEps: 1e-6,
       });
       weights.lmHeadBatched(inputs.get(maxRows) ?? hiddenRows, maxRows); // scratch for the largest N, first touch
-      const bandwidth = o.probeBytes > 0 ? measureReadBandwidth(device, { bytes: o.probeBytes }) : null;
+      const bandwidth = o.probeBytes > 0 ? device.readBandwidth({ bytes: o.probeBytes }) : null;
 
       const tasks: TimedTask[] = [];
       for (const n of o.rows) {
@@ -266,14 +267,31 @@ export function benchSvg(r: BenchResult): string {
   return plotSvg(`lmhead: batched head, vocab ${r.vocab} x hidden ${r.hidden}`, `${r.device}; median of ${r.iterations}; ${bw}`, series, peer);
 }
 
-export async function benchMain(argv: string[]): Promise<number> {
+export const benchCommand: Command = {
+  name: "bench",
+  summary: "time the head per type and rows per call; writes JSON and an SVG plot",
+  run: benchMain,
+};
+
+/** Creates `dir` and writes a file into it, so an --out that cannot take the results fails before the run. */
+function checkWritable(dir: string, cmd: string): void {
+  const probe = join(dir, `.lmhead-write-check-${process.pid}`);
+  try {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(probe, "");
+    rmSync(probe);
+  } catch (e) {
+    throw new UsageError(`${cmd}: --out ${dir}: cannot write there (${(e as Error).message})`);
+  }
+}
+
+async function benchMain(argv: string[]): Promise<number> {
   const opts = parseBenchArgs(argv);
   if (opts === "help") {
     console.log(benchUsage);
     return 0;
   }
   const result = await runBench(opts, (line) => console.error(`lmhead bench: ${line}`));
-  mkdirSync(opts.outDir, { recursive: true });
   const base = join(opts.outDir, `head-bench-${opts.vocab}x${opts.hidden}`);
   writeFileSync(`${base}.json`, JSON.stringify(result, null, 2) + "\n");
   writeFileSync(`${base}.svg`, benchSvg(result));

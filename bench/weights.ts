@@ -5,29 +5,22 @@
  * (2.95 GB) takes about a second instead of minutes of per-value generation; the repeat
  * period (4096 rows, many MB) is far past the caches, so the head still streams from memory.
  */
-import { Rng, synthBlocks } from "../src/artifact/synth.ts";
-import { formatInfo } from "../src/formats.ts";
+import { synthBlocks } from "../src/artifact/synth.ts";
+import { Rng } from "../src/random.ts";
+import { rowBytes } from "../src/formats.ts";
 
 export const TILE_ROWS = 4096;
 
-/** Bytes of a [vocab, hidden] head of typeId. */
-export function headBytes(typeId: number, hidden: number, vocab: number): number {
-  const f = formatInfo(typeId);
-  if (!f) throw new Error(`unknown ggml type ${typeId}`);
-  if (hidden % f.blockValues !== 0) throw new Error(`hidden ${hidden} is not a multiple of the ${f.name} block (${f.blockValues})`);
-  return (hidden / f.blockValues) * f.blockBytes * vocab;
-}
-
-/** Fills dst (exactly headBytes(typeId, hidden, vocab) bytes) with seeded valid blocks. */
+/** Fills dst (exactly a [vocab, hidden] head of typeId) with seeded valid blocks. */
 export function fillHead(dst: Uint8Array, typeId: number, hidden: number, vocab: number, seed: number): void {
-  const total = headBytes(typeId, hidden, vocab);
+  const headRowBytes = rowBytes(typeId, hidden);
+  const total = headRowBytes * vocab;
   if (dst.byteLength !== total) throw new Error(`head buffer has ${dst.byteLength} bytes, needs ${total}`);
-  const rowBytes = total / vocab;
   const tileRows = Math.min(TILE_ROWS, vocab);
   const rng = new Rng(seed ^ Math.imul(typeId + 1, 0x9e3779b1));
-  for (let r = 0; r < tileRows; r++) synthBlocks(typeId, hidden, rng, {}, dst.subarray(r * rowBytes, (r + 1) * rowBytes));
+  for (let r = 0; r < tileRows; r++) synthBlocks(typeId, hidden, rng, {}, dst.subarray(r * headRowBytes, (r + 1) * headRowBytes));
   // Double the filled prefix until the whole head is covered.
-  let filled = tileRows * rowBytes;
+  let filled = tileRows * headRowBytes;
   while (filled < total) {
     const n = Math.min(filled, total - filled);
     dst.copyWithin(filled, 0, n);

@@ -9,6 +9,7 @@ export type ErrorCode =
   | "busy"
   | "backend"
   | "non_finite"
+  | "stale"
   | "bad_artifact"
   | "library";
 

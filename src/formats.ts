@@ -1,6 +1,7 @@
 /** The block formats, as the native table (native/numerics/formats.zig) defines them. */
 import { LmheadError } from "./errors.ts";
 import { check, lib, nativeString } from "./native.ts";
+import { expectTyped } from "./typed.ts";
 
 export interface FormatInfo {
   /** ggml type id. */
@@ -59,12 +60,30 @@ export function typeIdOf(name: string): number {
   return id;
 }
 
-/** Decodes whole blocks of ggml type typeId with the reference decoder (the kernels' own). */
-export function dequantize(typeId: number, bytes: Uint8Array): Float32Array {
+/**
+ * Bytes of `values` consecutive values of ggml type typeId (a row, or a whole tensor), from
+ * the native table. Throws when the type is unknown or `values` is not whole blocks.
+ */
+export function rowBytes(typeId: number, values: number): number {
+  const format = formatInfo(typeId);
+  if (!format) throw new LmheadError("unsupported", `unknown ggml type id ${typeId}`);
+  if (!Number.isSafeInteger(values) || values < 0) throw new LmheadError("invalid_argument", `${values} ${format.name} values is not a non-negative integer`);
+  if (values % format.blockValues !== 0) {
+    throw new LmheadError("invalid_argument", `${values} values is not a whole number of ${format.name} blocks (${format.blockValues} values each)`);
+  }
+  const bytes = (values / format.blockValues) * format.blockBytes;
+  if (!Number.isSafeInteger(bytes)) throw new LmheadError("overflow", `${values} ${format.name} values overflow a byte count`);
+  return bytes;
+}
+
+/** Decodes whole blocks of ggml type typeId with the reference decoder (the kernels' own), into `out` when given. */
+export function dequantize(typeId: number, bytes: Uint8Array, out?: Float32Array): Float32Array {
+  expectTyped(bytes, "Uint8Array", "dequantize: bytes");
+  if (out !== undefined) expectTyped(out, "Float32Array", "dequantize: out");
   const format = formatInfo(typeId);
   if (!format) throw new LmheadError("unsupported", `unknown ggml type id ${typeId}`);
   const values = (bytes.byteLength / format.blockBytes) * format.blockValues;
-  const out = new Float32Array(Number.isInteger(values) ? values : 0);
-  check(lib.lmh_dequantize(typeId, bytes.byteLength ? bytes : null, bytes.byteLength, out.length ? out : null, out.length), `dequantize ${format.name}`);
-  return out;
+  const dst = out ?? new Float32Array(Number.isInteger(values) ? values : 0);
+  check(lib.lmh_dequantize(typeId, bytes.byteLength ? bytes : null, bytes.byteLength, dst.length ? dst : null, dst.length), `dequantize ${format.name}`);
+  return dst;
 }

@@ -7,6 +7,7 @@ import { LmheadError } from "./errors.ts";
 import { check, lib, limits } from "./native.ts";
 import { hostPhases } from "./phases.ts";
 import { GraphSession, type MlxBuffer, type MlxDevice } from "./runtime.ts";
+import { expectTyped } from "./typed.ts";
 
 export interface HeadWeights {
   hiddenSize: number;
@@ -23,26 +24,86 @@ export interface HeadWeights {
   rmsNormEps: number;
 }
 
-/** The head's host payload: logits only, [rows, vocab] f32, every value finite. */
+/**
+ * Rows whose logits hold NaN or ±Inf. lmHeadBatched throws it with every such row, so a caller
+ * (the decode loop) can fail the requests of those rows and run the others again.
+ */
+export class NonFiniteRowsError extends LmheadError {
+  constructor(
+    /** Row indices of the call, ascending. */
+    readonly rows: readonly number[],
+    /** Rows in the call. */
+    readonly n: number,
+    /** The first bad row's first bad logit, in words. */
+    detail: string,
+  ) {
+    super("non_finite", `Gemma batched output head: non-finite logits in row${rows.length > 1 ? "s" : ""} ${rows.join(", ")} of ${n} (${detail})`);
+  }
+}
+
+/**
+ * The one source of the non-finite check: an error naming the rows of `logits` ([n, vocab])
+ * that hold NaN or ±Inf, or null when none does. Today a host scan; a native per-row count replaces it here.
+ */
+function findNonFiniteRows(logits: Float32Array, n: number, vocab: number): NonFiniteRowsError | null {
+  const bad: number[] = [];
+  for (let r = 0; r < n; r++) {
+    // v * 0 is 0 for every finite v and NaN otherwise: one branch per row, not per value.
+    let probe = 0;
+    const end = (r + 1) * vocab;
+    for (let i = r * vocab; i < end; i++) probe += logits[i]! * 0;
+    if (probe !== 0) bad.push(r);
+  }
+  if (bad.length === 0) return null;
+  const first = bad[0]! * vocab;
+  let at = first;
+  while (Number.isFinite(logits[at]!)) at++;
+  return new NonFiniteRowsError(bad, n, `row ${bad[0]}: logit ${at - first} is ${logits[at]}`);
+}
+
+/** BatchedHeadOut's constructor for this module (set in its static block); `current` is null for logits the caller owns. */
+let makeOut: (logits: Float32Array, rows: number, vocab: number, current: (() => boolean) | null) => BatchedHeadOut;
+
+/**
+ * The head's host payload: logits only, [rows, vocab] f32, every value finite. Logits that
+ * lmHeadBatched lends (zero-copy, without an `out` array) stay valid until the next call on the
+ * same weights; reading them after that is an LmheadError ("stale"), never other data.
+ */
 export class BatchedHeadOut {
+  readonly #logits: Float32Array;
+  readonly #current: (() => boolean) | null;
+
+  static {
+    makeOut = (logits, rows, vocab, current) => new BatchedHeadOut(logits, rows, vocab, current);
+  }
+
   private constructor(
-    readonly logits: Float32Array,
+    logits: Float32Array,
     readonly rows: number,
     readonly vocab: number,
-  ) {}
+    current: (() => boolean) | null,
+  ) {
+    this.#logits = logits;
+    this.#current = current;
+  }
 
-  /** The one way to build a BatchedHeadOut: rejects NaN and ±Inf, naming the offset and value. */
+  /** Wraps caller-owned logits: rejects a wrong length, and NaN or ±Inf naming the rows. */
   static fromLogits(logits: Float32Array, rows: number, vocab: number): BatchedHeadOut {
+    expectTyped(logits, "Float32Array", "BatchedHeadOut.fromLogits: logits");
     if (logits.length !== rows * vocab) {
       throw new LmheadError("invalid_argument", `logits len ${logits.length} != rows*vocab ${rows * vocab}`);
     }
-    for (let i = 0; i < logits.length; i++) {
-      const v = logits[i]!;
-      if (!Number.isFinite(v)) {
-        throw new LmheadError("non_finite", `Gemma batched output head: non-finite model logit at offset ${i}: ${v}`);
-      }
+    const bad = findNonFiniteRows(logits, rows, vocab);
+    if (bad) throw bad;
+    return new BatchedHeadOut(logits, rows, vocab, null);
+  }
+
+  /** All rows' logits, [rows, vocab]. */
+  get logits(): Float32Array {
+    if (this.#current !== null && !this.#current()) {
+      throw new LmheadError("stale", "these logits were lent by lmHeadBatched and a later call on the same weights overwrote them: copy them, or pass an out array, to keep them");
     }
-    return new BatchedHeadOut(logits, rows, vocab);
+    return this.#logits;
   }
 
   /** Row r's logits, zero-copy. */
@@ -67,8 +128,10 @@ export class MlxModelWeights {
   readonly tied: boolean;
   readonly finalLogitSoftcapping: number | null;
   readonly rmsNormEps: number;
-  /** Grow-only scratch for lmHeadBatched, so a decode loop does not allocate per step. */
-  #scratch: { rows: number; hidden: MlxBuffer; normed: MlxBuffer; logits: MlxBuffer } | null = null;
+  /** Grow-only scratch for lmHeadBatched, so a decode loop neither allocates nor makes views per step. */
+  #scratch: Scratch | null = null;
+  /** lmHeadBatched calls so far: logits it lent stay valid while this is unchanged. */
+  #calls = 0;
 
   constructor(
     readonly device: MlxDevice,
@@ -94,31 +157,51 @@ export class MlxModelWeights {
   /**
    * Logits for n hidden rows ([n, hiddenSize] f32, before the final norm): one session,
    * one wait. n = 0 gives an empty result.
+   *
+   * With `out` (n·vocab f32) the logits are read into it. Without, on a device whose memory
+   * the host sees (the CPU), they are lent zero-copy: valid until the next call on these
+   * weights, after which reading them is an LmheadError ("stale"); elsewhere they are read
+   * into a new array. Rows holding NaN or ±Inf throw a NonFiniteRowsError naming them.
    */
-  lmHeadBatched(hiddenRows: Float32Array, n: number): BatchedHeadOut {
+  lmHeadBatched(hiddenRows: Float32Array, n: number, out?: Float32Array): BatchedHeadOut {
     if (!Number.isSafeInteger(n) || n < 0) throw new LmheadError("invalid_argument", `lm_head_batched: n ${n} is not a non-negative integer`);
+    const values = this.#logitValues(n);
+    expectTyped(hiddenRows, "Float32Array", "lm_head_batched: hidden_rows");
     const expected = n * this.hiddenSize;
     if (hiddenRows.length !== expected) {
       throw new LmheadError("invalid_argument", `lm_head_batched: hidden_rows len ${hiddenRows.length} != n*hidden_size ${expected} (n ${n}, hidden ${this.hiddenSize})`);
     }
-    if (n === 0) return BatchedHeadOut.fromLogits(new Float32Array(0), 0, this.vocabSize);
-    const values = this.#logitValues(n);
+    if (out !== undefined) {
+      expectTyped(out, "Float32Array", "lm_head_batched: out");
+      if (out.length !== values) throw new LmheadError("invalid_argument", `lm_head_batched: out len ${out.length} != n*vocab ${values} (n ${n}, vocab ${this.vocabSize})`);
+    }
+    const call = ++this.#calls;
+    if (n === 0) return makeOut(out ?? new Float32Array(0), 0, this.vocabSize, null);
 
     const scratch = this.#scratchFor(n);
-    using hidden = scratch.hidden.view(0, expected * 4);
-    using normed = scratch.normed.view(0, expected * 4);
-    using logits = scratch.logits.view(0, values * 4);
-    hidden.write(hiddenRows);
+    const views = this.#viewsFor(scratch, n);
+    views.hidden.write(hiddenRows);
     const session = GraphSession.begin(this.device);
     try {
-      this.#encode(session, hidden, n, normed, logits);
+      this.#encode(session, views.hidden, n, views.normed, views.logits);
     } catch (e) {
       session.abort();
       throw e;
     }
     hostPhases.time("headWait", () => session.finish());
-    const out = hostPhases.time("headReadback", () => logits.readF32(0, values));
-    return BatchedHeadOut.fromLogits(out, n, this.vocabSize);
+
+    let logits: Float32Array;
+    let current: (() => boolean) | null = null;
+    if (out === undefined && scratch.hostLogits !== null) {
+      logits = scratch.hostLogits.subarray(0, values);
+      current = () => this.#calls === call;
+    } else {
+      logits = out ?? new Float32Array(values);
+      hostPhases.time("headReadback", () => views.logits.readInto(logits));
+    }
+    const bad = hostPhases.time("headCheck", () => findNonFiniteRows(logits, n, this.vocabSize));
+    if (bad) throw bad;
+    return makeOut(logits, n, this.vocabSize, current);
   }
 
   /**
@@ -155,23 +238,60 @@ export class MlxModelWeights {
     return values;
   }
 
-  #scratchFor(n: number) {
+  #scratchFor(n: number): Scratch {
     if (this.#scratch && this.#scratch.rows >= n) return this.#scratch;
     const old = this.#scratch;
     const rows = Math.max(n, old ? Math.min(old.rows * 2, 1024) : 1);
+    const logitBytes = this.#logitValues(rows) * 4;
+    // Host-visible logits live in JS-owned memory, so a lent array can never outlive them;
+    // shared memory, because an ArrayBuffer could be transferred away from under the device.
+    const hostLogits = this.device.hostVisible ? new Float32Array(new SharedArrayBuffer(logitBytes)) : null;
     this.#scratch = {
       rows,
       hidden: this.device.allocBuffer(rows * this.hiddenSize * 4),
       normed: this.device.allocBuffer(rows * this.hiddenSize * 4),
-      logits: this.device.allocBuffer(this.#logitValues(rows) * 4),
+      logits: hostLogits ? this.device.wrapHost(new Uint8Array(hostLogits.buffer)) : this.device.allocBuffer(logitBytes),
+      hostLogits,
+      views: [],
     };
-    if (old) for (const b of [old.hidden, old.normed, old.logits]) b.free();
+    if (old) freeScratch(old);
     return this.#scratch;
+  }
+
+  /** The views of the first n rows of each scratch buffer, made on first use and kept. */
+  #viewsFor(scratch: Scratch, n: number): ScratchViews {
+    let views = scratch.views[n];
+    if (views === undefined) {
+      const rowBytes = n * this.hiddenSize * 4;
+      views = { hidden: scratch.hidden.view(0, rowBytes), normed: scratch.normed.view(0, rowBytes), logits: scratch.logits.view(0, n * this.vocabSize * 4) };
+      scratch.views[n] = views;
+    }
+    return views;
   }
 
   /** Frees the scratch buffers (the weights belong to whoever created them). */
   [Symbol.dispose](): void {
-    if (this.#scratch) for (const b of [this.#scratch.hidden, this.#scratch.normed, this.#scratch.logits]) b.free();
+    if (this.#scratch) freeScratch(this.#scratch);
     this.#scratch = null;
   }
+}
+
+interface ScratchViews {
+  hidden: MlxBuffer;
+  normed: MlxBuffer;
+  logits: MlxBuffer;
+}
+
+interface Scratch extends ScratchViews {
+  /** Capacity in rows. */
+  rows: number;
+  /** The memory of `logits` when the device's buffers are host-visible. */
+  hostLogits: Float32Array | null;
+  /** Views of the first n rows, by n. */
+  views: (ScratchViews | undefined)[];
+}
+
+function freeScratch(scratch: Scratch): void {
+  for (const v of scratch.views) if (v) for (const b of [v.hidden, v.normed, v.logits]) b.free();
+  for (const b of [scratch.hidden, scratch.normed, scratch.logits]) b.free();
 }

@@ -1,8 +1,8 @@
 export { LmheadError, type ErrorCode } from "./errors.ts";
-export { dequantize, formatInfo, knownTypeIds, typeIdOf, type FormatInfo } from "./formats.ts";
-export { MlxDevice, MlxBuffer, KernelRegistry, GraphSession, counters, setEncodeTrace, type BackendKind } from "./runtime.ts";
-export { MlxModelWeights, BatchedHeadOut, type HeadWeights, type EncodedHead } from "./head.ts";
-export { hostPhases, HostPhases, type Phase } from "./phases.ts";
+export { dequantize, formatInfo, knownTypeIds, rowBytes, typeIdOf, type FormatInfo } from "./formats.ts";
+export { MlxDevice, MlxBuffer, KernelRegistry, GraphSession, backendKinds, counters, setEncodeTrace, type BackendKind, type BandwidthResult } from "./runtime.ts";
+export { MlxModelWeights, BatchedHeadOut, NonFiniteRowsError, type HeadWeights, type EncodedHead } from "./head.ts";
+export { hostPhases, HostPhases, phases, type Phase } from "./phases.ts";
 export { loadModel, type Model, type EmbeddingTable } from "./model.ts";
 export { readGguf, GgufError } from "./artifact/gguf.ts";
 export { resolveHead, ArtifactError } from "./artifact/head.ts";
@@ -15,6 +15,10 @@ export {
   type DecodeLoopOptions,
   type DecodeRequest,
   type DecodeReport,
+  type DecodeStats,
+  type RequestResult,
+  type StepEvent,
+  type TokenEvent,
   type HiddenSource,
   type Sampling,
 } from "./decode/index.ts";

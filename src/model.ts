@@ -17,8 +17,11 @@ export interface EmbeddingTable {
   vocab: number;
   hidden: number;
   typeId: number;
-  /** Row `token`, decoded and unscaled (Gemma's √hidden belongs to the caller's gather). */
-  row(token: number): Float32Array;
+  /**
+   * Row `token`, decoded and unscaled (Gemma's √hidden belongs to the caller's gather): into
+   * `out` (hidden values) when given and the table must decode, so a caller can reuse one array.
+   */
+  row(token: number, out?: Float32Array): Float32Array;
 }
 
 export interface Model extends Disposable {
@@ -70,9 +73,9 @@ export async function loadModel(device: MlxDevice, path: string | null, opts: He
     vocab: table.vocab,
     hidden: resolved.hidden,
     typeId: table.typeId,
-    row(token: number): Float32Array {
+    row(token: number, out?: Float32Array): Float32Array {
       if (!Number.isInteger(token) || token < 0 || token >= table.vocab) throw new LmheadError("out_of_bounds", `token ${token} outside [0, ${table.vocab})`);
-      return dequantize(table.typeId, table.bytes.subarray(token * rowBytes, (token + 1) * rowBytes));
+      return dequantize(table.typeId, table.bytes.subarray(token * rowBytes, (token + 1) * rowBytes), out);
     },
   };
 

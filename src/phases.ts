@@ -1,13 +1,18 @@
 /**
  * Host phase timers (hf2q's HF2Q_HOST_PHASES): nanosecond accumulators around the host's
  * waits and copies. Off by default; when off, a timed section costs one branch.
+ * The phases: the head's wait, its copy of the logits to the host, its non-finite check, and
+ * the decode loop's finalize (token selection).
  */
-export type Phase = "headWait" | "headReadback" | "finalize";
+export const phases = ["headWait", "headReadback", "headCheck", "finalize"] as const;
+export type Phase = (typeof phases)[number];
+
+const zeros = () => Object.fromEntries(phases.map((phase) => [phase, 0])) as Record<Phase, number>;
 
 export class HostPhases {
   enabled = false;
-  readonly #totalNs: Record<Phase, number> = { headWait: 0, headReadback: 0, finalize: 0 };
-  readonly #calls: Record<Phase, number> = { headWait: 0, headReadback: 0, finalize: 0 };
+  readonly #totalNs = zeros();
+  readonly #calls = zeros();
 
   /** Runs fn, adding its duration to `phase` when enabled. */
   time<T>(phase: Phase, fn: () => T): T {
@@ -23,14 +28,12 @@ export class HostPhases {
 
   snapshot(): Record<Phase, { totalNs: number; calls: number }> {
     const out = {} as Record<Phase, { totalNs: number; calls: number }>;
-    for (const phase of Object.keys(this.#totalNs) as Phase[]) {
-      out[phase] = { totalNs: this.#totalNs[phase], calls: this.#calls[phase] };
-    }
+    for (const phase of phases) out[phase] = { totalNs: this.#totalNs[phase], calls: this.#calls[phase] };
     return out;
   }
 
   reset(): void {
-    for (const phase of Object.keys(this.#totalNs) as Phase[]) {
+    for (const phase of phases) {
       this.#totalNs[phase] = 0;
       this.#calls[phase] = 0;
     }

@@ -6,6 +6,7 @@
 import { toArrayBuffer } from "bun:ffi";
 import { LmheadError } from "./errors.ts";
 import { check, handleOut, lib, nativeString } from "./native.ts";
+import { expectTyped, expectView } from "./typed.ts";
 
 export type BackendKind = "cpu" | "metal" | "cuda";
 
@@ -15,7 +16,23 @@ export type BackendKind = "cpu" | "metal" | "cuda";
  * view still uses lives on until they end.
  */
 const release = new FinalizationRegistry<() => void>((free) => free());
-const backendKinds: readonly BackendKind[] = ["cpu", "metal", "cuda"];
+
+/** Every backend, in the native library's order (its device kind ids). */
+export const backendKinds: readonly BackendKind[] = ["cpu", "metal", "cuda"];
+
+/** A read-bandwidth measurement: the floor of a head call is weight bytes / `gbs`. */
+export interface BandwidthResult {
+  /** Bytes read per pass. */
+  bytes: number;
+  passes: number;
+  /** GB/s (1e9 bytes) with all of the device's threads: the reference a head is compared against. */
+  gbs: number;
+  /** GB/s with one thread. */
+  oneThreadGbs: number;
+  threads: number;
+  /** How it was measured, in words. */
+  method: string;
+}
 
 export class MlxDevice implements Disposable {
   readonly kind: BackendKind;
@@ -51,8 +68,13 @@ export class MlxDevice implements Disposable {
     return new MlxBuffer(handleOut((out) => lib.lmh_buffer_alloc(this.handle, bytes, out), "alloc buffer"), bytes, this);
   }
 
-  /** Wraps host memory (e.g. a Bun.mmap mapping) without copying; the buffer keeps `memory` alive. */
+  /**
+   * Wraps host memory (e.g. a Bun.mmap mapping) without copying; the buffer keeps `memory`
+   * alive. Its ArrayBuffer must not be transferred while the buffer lives (a SharedArrayBuffer
+   * cannot be).
+   */
   wrapHost(memory: Uint8Array): MlxBuffer {
+    expectTyped(memory, "Uint8Array", "wrap host memory");
     return new MlxBuffer(
       handleOut((out) => lib.lmh_buffer_wrap(this.handle, memory, memory.byteLength, out), "wrap host memory"),
       memory.byteLength,
@@ -61,15 +83,30 @@ export class MlxDevice implements Disposable {
     );
   }
 
+  /** The probe buffer sizes readBandwidth accepts (the native probe's bounds), and its default. */
+  static readonly probeBytes = { min: 2 ** 24, max: 2 ** 34, default: 512 * 2 ** 20 } as const;
+
   /**
-   * This machine's read bandwidth in bytes per second, the floor of a head call
-   * (weight bytes / bandwidth): the median of `passes` reads of `bytes`, with all of the
-   * device's threads (the figure a head is compared against) and with one.
+   * This machine's read bandwidth, measured in the same process as the figures it scales:
+   * the median of `passes` reads of `bytes` (default 512 MiB, 16× a 32 MiB L3) on the device's
+   * own threads with wide loads, as the head reads, and with one thread.
    */
-  readBandwidth(bytes = 512 * 2 ** 20, passes = 5): { allThreads: number; oneThread: number } {
+  readBandwidth(opts: { bytes?: number; passes?: number } = {}): BandwidthResult {
+    const { min, max } = MlxDevice.probeBytes;
+    const bytes = opts.bytes ?? MlxDevice.probeBytes.default;
+    const passes = opts.passes ?? 5;
+    if (!Number.isSafeInteger(bytes) || bytes < min || bytes > max) throw new LmheadError("out_of_bounds", `bandwidth probe of ${bytes} bytes outside [${min}, ${max}]`);
+    checkCount(passes, "probe passes");
     const out = new Float64Array(2);
     check(lib.lmh_device_read_bandwidth(this.handle, bytes, passes, out), "read bandwidth");
-    return { allThreads: out[0]!, oneThread: out[1]! };
+    return {
+      bytes,
+      passes,
+      gbs: out[0]! / 1e9,
+      oneThreadGbs: out[1]! / 1e9,
+      threads: this.threads,
+      method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with wide vector loads on the device's ${this.threads} threads, median of ${passes}`,
+    };
   }
 
   close(): void {
@@ -95,8 +132,13 @@ export class KernelRegistry {
   }
 }
 
+/** Native views that keep the memory of buffers whose lent bytes were transferred away alive for good. */
+const pinned: bigint[] = [];
+
 export class MlxBuffer implements Disposable {
   #freed = false;
+  /** withHostBytes callbacks running: the buffer cannot be freed under them. */
+  #lent = 0;
 
   /** @internal Created by MlxDevice or MlxBuffer.view. `owner` keeps borrowed memory or a parent alive. */
   constructor(
@@ -115,10 +157,18 @@ export class MlxBuffer implements Disposable {
     return new MlxBuffer(handleOut((out) => lib.lmh_buffer_view(this.handle, offsetBytes, bytes, out), "view buffer"), bytes, this.device, this);
   }
 
+  /** Copies all of `data` (a typed array or DataView) into the buffer at offsetBytes. */
   write(data: ArrayBufferView, offsetBytes = 0): void {
+    const bytes = bytesOf(data, "write buffer: data");
     checkOffset(offsetBytes);
-    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     check(lib.lmh_buffer_write(this.handle, offsetBytes, bytes.byteLength === 0 ? null : bytes, bytes.byteLength), "write buffer");
+  }
+
+  /** Copies `dst.byteLength` bytes from offsetBytes into `dst` (a typed array or DataView). */
+  readInto(dst: ArrayBufferView, offsetBytes = 0): void {
+    const bytes = bytesOf(dst, "read buffer: destination");
+    checkOffset(offsetBytes);
+    check(lib.lmh_buffer_read(this.handle, offsetBytes, bytes.byteLength === 0 ? null : bytes, bytes.byteLength), "read buffer");
   }
 
   /** Copies `bytes` bytes from offsetBytes into a new array. */
@@ -130,7 +180,7 @@ export class MlxBuffer implements Disposable {
       throw new LmheadError("out_of_bounds", `read buffer: range [${offsetBytes}, ${offsetBytes + bytes}) past the buffer's ${this.bytes} bytes`);
     }
     const out = new Uint8Array(bytes);
-    check(lib.lmh_buffer_read(this.handle, offsetBytes, bytes === 0 ? null : out, bytes), "read buffer");
+    this.readInto(out, offsetBytes);
     return out;
   }
 
@@ -141,16 +191,33 @@ export class MlxBuffer implements Disposable {
   }
 
   /**
-   * A zero-copy view of the buffer's memory (CPU buffers only). Valid while the buffer
-   * lives; do not touch it while a session that uses the buffer is unfinished.
+   * Lends the buffer's memory to `fn`, zero-copy (host-visible devices only), and returns what
+   * fn returns. The buffer cannot be freed during fn, and the bytes are detached when fn
+   * returns, so a reference kept past it reads as empty, never as freed memory. Transferring
+   * their ArrayBuffer out of fn is an error that leaves the buffer's memory allocated for good.
+   * Do not use them while a session that uses the buffer is unfinished.
    */
-  hostView(): Uint8Array {
+  withHostBytes<T>(fn: (bytes: Uint8Array<ArrayBuffer>) => T): T {
     const address = new BigUint64Array(1);
     check(lib.lmh_buffer_host_ptr(this.handle, address), "host pointer");
-    return new Uint8Array(toArrayBuffer(Number(address[0]), 0, this.bytes));
+    const lent = toArrayBuffer(Number(address[0]), 0, this.bytes);
+    this.#lent++;
+    try {
+      return fn(new Uint8Array(lent));
+    } finally {
+      this.#lent--;
+      if (lent.detached) this.#pin();
+      else lent.transfer(0);
+    }
+  }
+
+  #pin(): never {
+    pinned.push(handleOut((out) => lib.lmh_buffer_view(this.handle, 0, this.bytes, out), "pin buffer"));
+    throw new LmheadError("invalid_argument", `withHostBytes: the lent bytes were transferred out of the callback; the buffer's ${this.bytes} bytes stay allocated for the life of the process so that they remain valid`);
   }
 
   free(): void {
+    if (this.#lent > 0) throw new LmheadError("busy", "free buffer: its bytes are lent to a withHostBytes callback");
     check(lib.lmh_buffer_free(this.handle), "free buffer");
     this.#freed = true;
     release.unregister(this);
@@ -260,6 +327,12 @@ export function counters(): { barriers: number; dispatches: number } {
 /** Prints every dispatch and barrier to stderr as it is encoded. */
 export function setEncodeTrace(on: boolean): void {
   lib.lmh_set_encode_trace(on ? 1 : 0);
+}
+
+/** The bytes of a typed array or DataView, for a native copy. */
+function bytesOf(view: ArrayBufferView, what: string): Uint8Array {
+  expectView(view, what);
+  return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 }
 
 function checkSize(bytes: number, what: string): void {

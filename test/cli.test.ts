@@ -5,8 +5,10 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Rng, synthBlocks, synthF32 } from "../src/artifact/synth.ts";
+import { synthBlocks, synthF32 } from "../src/artifact/synth.ts";
 import { meta, writeGguf } from "../src/artifact/writer.ts";
+import { ProgressBar } from "../src/cli/progress.ts";
+import { Rng } from "../src/random.ts";
 
 const root = join(import.meta.dir, "..");
 const dir = mkdtempSync(join(tmpdir(), "lmhead-cli-"));
@@ -31,8 +33,17 @@ const model = join(dir, "small-q8_0.gguf");
   });
 }
 
+/** The checkout's command line, as ./lmhead runs it (bench/cli.ts); `bin` runs the package's own (src/cli/main.ts). */
 function lmhead(...args: string[]): { code: number; stdout: string; stderr: string } {
-  const p = Bun.spawnSync([process.execPath, join(root, "src", "cli.ts"), ...args], {
+  return run(join(root, "bench", "cli.ts"), args);
+}
+
+function bin(...args: string[]): { code: number; stdout: string; stderr: string } {
+  return run(join(root, "src", "cli", "main.ts"), args);
+}
+
+function run(entry: string, args: string[]): { code: number; stdout: string; stderr: string } {
+  const p = Bun.spawnSync([process.execPath, entry, ...args], {
     cwd: root,
     env: { ...process.env, LMHEAD_CACHE: join(dir, "cache"), LMHEAD_DEBUG: "" },
     stdout: "pipe",
@@ -105,18 +116,34 @@ describe("lmhead decode", () => {
     [["decode", "--verify=yes"], "--verify takes no value"],
     [["decode", "--sampling", "temp:-1"], "bad sampling 'temp:-1'"],
     [["decode", "--sampling", "nucleus"], "bad sampling"],
-    [["decode", "--backend", "tpu"], "--backend must be cpu, metal or cuda"],
+    [["decode", "--backend", "tpu"], "--backend must be one of cpu, metal, cuda, got 'tpu'"],
     [["decode", "--tokens", "5-2"], "--tokens must be N or A-B"],
     [["decode", "--model", "/nonexistent/model.gguf"], "/nonexistent/model.gguf: no such file"],
     [["decode", "stray"], "unexpected argument 'stray'"],
     [["frobnicate"], "unknown command 'frobnicate'"],
     [["bench", "--types", "Q7_K"], "unknown type 'Q7_K'"],
     [["bench", "--rows", "1,x"], "--rows must be integers"],
-    [["bench", "--hidden", "100", "--types", "Q6_K"], "--hidden 100 is not a multiple of the Q6_K block (256)"],
+    [["bench", "--hidden", "100", "--types", "Q6_K"], "--hidden 100: 100 values is not a whole number of Q6_K blocks (256 values each)"],
   ];
   for (const [args, text, code] of bad) {
     test(`${args.join(" ")}: one-line error, exit ${code ?? 2}`, () => {
       expectOneLineError(lmhead(...args), text, code);
+    });
+  }
+
+  // Flags that only failed once the work was done: now refused first, with nothing run.
+  const reducedBench = ["--types", "Q8_0", "--vocab", "512", "--hidden", "256", "--rows", "1", "--iterations", "1", "--warmup", "0"];
+  const early: [string[], string][] = [
+    [["decode", "--model", model, "--steps", "2", "--probe-mib", "8"], "--probe-mib must be 0 or an integer in [16, 16384], got '8'"],
+    [["decode", "--model", model, "--steps", "2", "--probe-mib", "20000"], "--probe-mib must be 0 or an integer in [16, 16384], got '20000'"],
+    [["bench", ...reducedBench, "--probe-mib", "1"], "--probe-mib must be 0 or an integer in [16, 16384], got '1'"],
+    [["bench", ...reducedBench, "--probe-mib", "0", "--out", join(model, "results")], `--out ${join(model, "results")}: cannot write there`],
+  ];
+  for (const [args, text] of early) {
+    test(`${args.slice(-2).join(" ")} is refused before any work`, () => {
+      const r = lmhead(...args);
+      expectOneLineError(r, text);
+      expect(r.stdout).toBe("");
     });
   }
 
@@ -141,6 +168,30 @@ describe("lmhead decode", () => {
     const ok = lmhead("decode", "--model", noSoftcap, "--steps", "2", "--probe-mib", "0", "--allow-missing-softcap");
     expect(ok.code).toBe(0);
     expect(ok.stdout).toContain("softcap off");
+  });
+});
+
+describe("the package's command line and the checkout's", () => {
+  test("the package bin has the package's commands; bench and soak come with the checkout", () => {
+    const help = bin("--help");
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^  decode /m);
+    expect(help.stdout).not.toMatch(/^  (bench|soak) /m);
+    expectOneLineError(bin("bench"), "unknown command 'bench' (commands: decode;");
+    const checkout = lmhead("--help");
+    for (const name of ["decode", "bench", "soak"]) expect(checkout.stdout).toMatch(new RegExp(`^  ${name} `, "m"));
+  });
+
+  test("nothing under src/ imports bench/, and src/decode/ nothing of the command line", () => {
+    const sources = new Bun.Glob("src/**/*.ts").scanSync({ cwd: root });
+    let files = 0;
+    for (const file of sources) {
+      files++;
+      const text = readFileSync(join(root, file), "utf8");
+      expect(`${file}: ${text.match(/["'](\.\.\/)+bench\/[^"']*["']/)?.[0] ?? "no bench import"}`).toBe(`${file}: no bench import`);
+      if (file.startsWith("src/decode/")) expect(`${file}: ${text.match(/["']\.\.\/cli\/[^"']*["']/)?.[0] ?? "no cli import"}`).toBe(`${file}: no cli import`);
+    }
+    expect(files).toBeGreaterThan(10);
   });
 });
 
@@ -172,6 +223,34 @@ describe("lmhead bench", () => {
     expect(r.code).toBe(0);
     for (const flag of ["--types", "--rows", "--vocab", "--hidden", "--iterations", "--warmup", "--out", "--seed", "--backend", "--probe-mib", "--no-progress", "--help"]) {
       expect(r.stdout).toContain(flag);
+    }
+  });
+});
+
+describe("progress bar", () => {
+  const fake = (isTTY: boolean) => {
+    const writes: string[] = [];
+    return { writes, stream: { isTTY, columns: 80, write: (s: string) => writes.push(s) > 0 } as unknown as NodeJS.WriteStream };
+  };
+
+  test("draws and clears one line on a TTY", () => {
+    const { writes, stream } = fake(true);
+    const bar = new ProgressBar("lmhead decode", 4, { stream });
+    bar.update(4, "steps");
+    bar.finish();
+    expect(writes[0]).toStartWith("\r\x1b[2Klmhead decode [");
+    expect(writes[0]).toContain("] 4/4 steps");
+    expect(writes.at(-1)).toBe("\r\x1b[2K");
+  });
+
+  test("prints nothing when not a TTY, or when disabled", () => {
+    for (const [isTTY, enabled] of [[false, true], [true, false]] as const) {
+      const { writes, stream } = fake(isTTY);
+      const bar = new ProgressBar("x", 2, { stream, enabled });
+      bar.update(1);
+      bar.update(2);
+      bar.finish();
+      expect(writes).toEqual([]);
     }
   });
 });

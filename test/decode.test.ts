@@ -2,22 +2,22 @@
 // eviction, slot-aware byte equivalence (hf2q's slot_aware_* suite) for every known head type,
 // token selection (greedy ties, seeded sampling) and the default hidden source.
 import { afterAll, describe, expect, test } from "bun:test";
-import { Rng, synthBlocks } from "../src/artifact/synth.ts";
+import { synthBlocks } from "../src/artifact/synth.ts";
+import { hash32, Rng, SplitMix32 } from "../src/random.ts";
 import {
   DecodeLoop,
   EmbeddingHiddenSource,
-  ProgressBar,
-  RequestRng,
   Sampler,
   argmax,
   denseEmbedding,
   describeEquivalence,
   parseSampling,
-  requestKey,
+  serialReference,
   slotAwareEquivalence,
   staggeredRequests,
   type DecodeRequest,
   type HiddenSource,
+  type RequestResult,
   type Sampling,
 } from "../src/decode/index.ts";
 import { MlxDevice, counters, dequantize, formatInfo, knownTypeIds, type MlxModelWeights } from "../src/index.ts";
@@ -64,7 +64,7 @@ describe("slot-aware byte equivalence: batched decode == each request alone, eve
   for (const typeId of knownTypeIds) {
     const name = formatInfo(typeId)!.name;
     test(`${name}: slots 2, 3, 5 with staggered admission and eviction`, () => {
-      const head = typedHead(typeId, 1000 + typeId);
+      using head = typedHead(typeId, 1000 + typeId);
       const reports = slotAwareEquivalence(head.weights, schedule, { slots: [2, 3, 5], hiddenSource: sourceFor(head) });
       for (const r of reports) {
         if (!r.ok) throw new Error(`${name}: ${describeEquivalence(r)}`);
@@ -79,13 +79,12 @@ describe("slot-aware byte equivalence: batched decode == each request alone, eve
         expect(r.rowMoves).toBeGreaterThan(0);
       }
       expect(reports.map((r) => r.maxRows)).toEqual([2, 3, 4]);
-      head.weights[Symbol.dispose]();
     });
   }
 
   test("a generated staggered workload over 4 slots, Q6_K and Q8_0", () => {
     for (const typeId of [14, 8]) {
-      const head = typedHead(typeId, 77);
+      using head = typedHead(typeId, 77);
       const requests = staggeredRequests({ count: 10, vocab, slots: 4, minNew: 1, maxNew: 6, seed: 5, sampling: sample(0.9, 20, 42), upfront: 2, meanGap: 1.5 });
       const [r] = slotAwareEquivalence(head.weights, requests, { slots: 4, hiddenSource: sourceFor(head) });
       expect(r!.ok).toBe(true);
@@ -94,7 +93,7 @@ describe("slot-aware byte equivalence: batched decode == each request alone, eve
   });
 
   test("the check is not vacuous: a row that depends on its peers is caught", () => {
-    const head = f32Head(device, hidden, vocab, 9);
+    using head = f32Head(device, hidden, vocab, 9);
     const honest = sourceFor(head);
     let fillsThisStep = 0;
     // Leaks the number of rows gathered before it into the row: alone it is always 0.
@@ -116,11 +115,12 @@ describe("slot-aware byte equivalence: batched decode == each request alone, eve
 
 describe("the loop", () => {
   const head = f32Head(device, hidden, vocab, 21);
+  afterAll(() => head[Symbol.dispose]());
   const source = sourceFor(head);
 
   test("admits at arrival into the lowest free slot, queues when full, evicts when done", () => {
-    const steps: { rows: number; admitted: readonly string[]; finished: readonly string[] }[] = [];
-    const loop = new DecodeLoop(head.weights, { slots: 2, hiddenSource: source, onStep: (s) => steps.push(s) });
+    const steps: { rows: number; admitted: readonly string[]; finished: string[] }[] = [];
+    const loop = new DecodeLoop(head.weights, { slots: 2, hiddenSource: source, onStep: (s) => steps.push({ ...s, finished: s.finished.map((r) => r.id) }) });
     loop.submit({ id: "x", firstToken: 1, maxNewTokens: 2, arrivalStep: 0 });
     loop.submit({ id: "y", firstToken: 2, maxNewTokens: 4, arrivalStep: 1 });
     loop.submit({ id: "z", firstToken: 3, maxNewTokens: 1, arrivalStep: 1 }); // waits for a slot
@@ -131,11 +131,11 @@ describe("the loop", () => {
     expect(byId.y).toMatchObject({ slot: 1, admittedStep: 1, finishedStep: 4, reason: "length" });
     expect(byId.z).toMatchObject({ slot: 0, admittedStep: 2, finishedStep: 2, reason: "length" });
     expect(byId.w).toMatchObject({ slot: 0, admittedStep: 9, finishedStep: 9 });
-    expect(results.map((r) => r.tokens.length)).toEqual([2, 4, 1, 1]);
+    expect(results.map((r) => [r.id, r.tokens.length])).toEqual([["x", 2], ["z", 1], ["y", 4], ["w", 1]]); // in the order they ended
     expect(steps.map((s) => s.rows)).toEqual([1, 2, 2, 1, 1, 1]);
     expect(steps.map((s) => s.admitted)).toEqual([["x"], ["y"], ["z"], [], [], ["w"]]);
     expect(steps.map((s) => s.finished)).toEqual([[], ["x"], ["z"], [], ["y"], ["w"]]);
-    expect(stats).toMatchObject({ calls: 6, slotTokens: 8, admissions: 4, evictions: 4, maxRows: 2 });
+    expect(stats).toMatchObject({ calls: 6, slotTokens: 8, admissions: 4, finished: 4, failed: 0, retries: 0, maxRows: 2, callsByRows: [0, 4, 2] });
     expect(loop.done).toBe(true);
     expect(loop.step()).toBeNull();
   });
@@ -160,7 +160,9 @@ describe("the loop", () => {
     const after = counters();
     expect(seen.length).toBe(stats.calls);
     expect(new Set(seen.map((s) => s.buffer)).size).toBe(1);
-    expect(seen.map((s) => s.n)).toEqual(stats.rowsPerCall);
+    const byRows = [0, 0, 0, 0];
+    for (const s of seen) byRows[s.n]!++;
+    expect(byRows).toEqual(stats.callsByRows);
     expect(after.dispatches - before.dispatches).toBe(3 * stats.calls); // norm, matmul, softcap per call
   });
 
@@ -180,7 +182,9 @@ describe("the loop", () => {
     for (const r of schedule) loop.submit(r);
     const { results, stats } = loop.run({ maxCalls: 3 });
     expect(stats.calls).toBe(3);
-    expect(results.some((r) => r.reason === null)).toBe(true);
+    expect(results.length).toBeLessThan(schedule.length);
+    expect(loop.active + loop.pending).toBe(schedule.length - results.length);
+    expect(loop.run().results.length).toBe(schedule.length - results.length); // and a later run ends them
   });
 
   test("bad requests are typed errors", () => {
@@ -210,7 +214,7 @@ describe("token selection", () => {
     const random = rng(4);
     const values = new Float32Array(vocab * hidden).map(() => (random() - 0.5) * 0.02);
     for (const t of [400, 10, 3]) values.fill(0.1, t * hidden, (t + 1) * hidden);
-    const head = buildHead(device, hidden, vocab, 0, new Uint8Array(values.buffer), values, new Float32Array(hidden).fill(1), 30, false);
+    using head = buildHead(device, hidden, vocab, 0, new Uint8Array(values.buffer), values, new Float32Array(hidden).fill(1), 30, false);
     const constant: HiddenSource = { hidden, fill: (out, offset) => void out.fill(1, offset, offset + hidden) };
     const logits: Float32Array[] = [];
     const loop = new DecodeLoop(head.weights, { slots: 2, hiddenSource: constant, onToken: (e) => void logits.push(e.logits.slice()) });
@@ -228,14 +232,14 @@ describe("token selection", () => {
     const s = new Sampler();
     // top-2 of {1, 3, 4} tied at 5 is {1, 3}; a cold temperature never leaves them.
     const picks = new Set<number>();
-    const r = new RequestRng(1);
+    const r = new SplitMix32(1);
     for (let i = 0; i < 200; i++) picks.add(s.pick(logits, sample(0.01, 2, 0), r));
     expect([...picks].sort()).toEqual([1, 3]);
   });
 
   test("sampling follows the softmax", () => {
     const s = new Sampler();
-    const r = new RequestRng(123);
+    const r = new SplitMix32(123);
     const logits = new Float32Array([0, Math.log(3)]);
     for (const topK of [0, 2]) {
       let ones = 0;
@@ -246,7 +250,7 @@ describe("token selection", () => {
   });
 
   test("sampling is deterministic for a seed, differs across seeds, and ignores the other slots", () => {
-    const head = typedHead(14, 5);
+    using head = typedHead(14, 5);
     const source = sourceFor(head);
     const run = (seed: number, slots: number, peers: boolean): string => {
       const loop = new DecodeLoop(head.weights, { slots, hiddenSource: source });
@@ -260,7 +264,13 @@ describe("token selection", () => {
     expect(run(1, 1, false)).toBe(a); // and one at a time
     expect(run(2, 3, false)).not.toBe(a);
     expect(run(3, 3, false)).not.toBe(run(2, 3, false));
-    head.weights[Symbol.dispose]();
+  });
+
+  test("token selection refuses logits that are not a Float32Array", () => {
+    expect(() => argmax([1, 2] as unknown as Float32Array)).toThrow("argmax: values must be a Float32Array, got Array(2)");
+    expect(() => new Sampler().pick(new Float64Array(2) as unknown as Float32Array, sample(1, 0, 1), null)).toThrow(
+      "sampler: logits must be a Float32Array, got Float64Array(2)",
+    );
   });
 
   test("parseSampling", () => {
@@ -280,7 +290,7 @@ describe("default hidden source", () => {
 
   test("embedding row x sqrt(hidden) plus a bounded per-request, per-position perturbation (16x the row's RMS)", () => {
     const out = new Float32Array(hidden * 2);
-    const ctx = { id: "r", key: requestKey("r") };
+    const ctx = { id: "r", key: hash32("r") };
     source.fill(out, hidden, ctx, 42, 0);
     let rowSq = 0;
     for (let k = 0; k < hidden; k++) rowSq += (values[42 * hidden + k]! * Math.sqrt(hidden)) ** 2;
@@ -304,8 +314,33 @@ describe("default hidden source", () => {
     const other = new Float32Array(hidden);
     source.fill(other, 0, ctx, 42, 1);
     expect(other).not.toEqual(again);
-    source.fill(other, 0, { id: "s", key: requestKey("s") }, 42, 0);
+    source.fill(other, 0, { id: "s", key: hash32("s") }, 42, 0);
     expect(other).not.toEqual(again);
+  });
+
+  test("it writes only into a Float32Array with room for the row", () => {
+    const ctx = { id: "r", key: hash32("r") };
+    expect(() => source.fill([] as unknown as Float32Array, 0, ctx, 1, 0)).toThrow("hidden source: out must be a Float32Array, got Array(0)");
+    expect(() => source.fill(new Float32Array(hidden), 1, ctx, 1, 0)).toThrow(`row [1, ${hidden + 1}) outside out's ${hidden} values`);
+    expect(() => denseEmbedding([0] as unknown as Float32Array, 1, 1)).toThrow("dense embedding: values must be a Float32Array, got Array(1)");
+  });
+
+  test("it decodes every embedding row into one reused array", () => {
+    const outs = new Set<Float32Array | undefined>();
+    const table = {
+      vocab,
+      hidden,
+      typeId: 0,
+      row: (token: number, out?: Float32Array) => {
+        outs.add(out);
+        return values.subarray(token * hidden, (token + 1) * hidden);
+      },
+    };
+    const spied = new EmbeddingHiddenSource(table);
+    const row = new Float32Array(hidden);
+    for (let t = 0; t < 5; t++) spied.fill(row, 0, { id: "r", key: hash32("r") }, t, t);
+    expect(outs.size).toBe(1);
+    expect([...outs][0]).toBeInstanceOf(Float32Array);
   });
 
   test("out-of-vocabulary tokens are refused", () => {
@@ -323,30 +358,129 @@ describe("default hidden source", () => {
   });
 });
 
-describe("progress bar", () => {
-  const fake = (isTTY: boolean) => {
-    const writes: string[] = [];
-    return { writes, stream: { isTTY, columns: 80, write: (s: string) => writes.push(s) > 0 } as unknown as NodeJS.WriteStream };
-  };
+describe("one request cannot stop the others", () => {
+  const head = typedHead(14, 41);
+  const source = sourceFor(head);
+  afterAll(() => head[Symbol.dispose]());
+  const requests: DecodeRequest[] = [
+    { id: "g", firstToken: 10, maxNewTokens: 6 },
+    { id: "s", firstToken: 20, maxNewTokens: 6, sampling: sample(1, 40, 3) },
+    { id: "bad", firstToken: 30, maxNewTokens: 6 },
+    { id: "late", firstToken: 40, maxNewTokens: 4, arrivalStep: 2, sampling: sample(0.8, 0, 9) },
+  ];
+  const solo = serialReference(head.weights, requests, source);
 
-  test("draws and clears one line on a TTY", () => {
-    const { writes, stream } = fake(true);
-    const bar = new ProgressBar("lmhead decode", 4, { stream });
-    bar.update(4, "steps");
-    bar.finish();
-    expect(writes[0]).toStartWith("\r\x1b[2Klmhead decode [");
-    expect(writes[0]).toContain("] 4/4 steps");
-    expect(writes.at(-1)).toBe("\r\x1b[2K");
+  /** Runs the requests over 4 slots; every token of the requests in `healthy` must equal its solo run, logits bit for bit. */
+  function runAll(hiddenSource: HiddenSource, healthy: string[], onToken?: (id: string, position: number) => void) {
+    const loop = new DecodeLoop(head.weights, {
+      slots: 4,
+      hiddenSource,
+      onToken: (e) => {
+        if (healthy.includes(e.id)) {
+          expect(e.token).toBe(solo.tokens.get(e.id)![e.position]!);
+          expect(new Uint32Array(e.logits.buffer, e.logits.byteOffset, e.logits.length)).toEqual(solo.logits.get(e.id)![e.position]!);
+        }
+        onToken?.(e.id, e.position);
+      },
+    });
+    for (const r of requests) loop.submit(r);
+    const report = loop.run();
+    const byId = new Map(report.results.map((r) => [r.id, r]));
+    for (const id of healthy) expect(byId.get(id)).toMatchObject({ reason: "length", error: null, tokens: solo.tokens.get(id)! });
+    for (const r of report.results) expect(r.tokens.length).toBeLessThanOrEqual(requests.find((q) => q.id === r.id)!.maxNewTokens);
+    expect(loop.done).toBe(true);
+    return { byId, stats: report.stats, loop };
+  }
+
+  test("a request whose row comes back non-finite ends alone, with the rows named; the others equal their solo runs", () => {
+    const poisoned: HiddenSource = {
+      hidden,
+      fill(out, offset, request, token, position) {
+        source.fill(out, offset, request, token, position);
+        if (request.id === "bad" && position === 2) out[offset + 5] = NaN;
+      },
+    };
+    const { byId, stats } = runAll(poisoned, ["g", "s", "late"]);
+    const bad = byId.get("bad")!;
+    expect(bad).toMatchObject({ reason: "error", finishedStep: 2, tokens: solo.tokens.get("bad")!.slice(0, 2) });
+    expect(bad.error).toContain("non-finite logits in row 2 of 4");
+    expect(stats).toMatchObject({ finished: 3, failed: 1, retries: 1 });
   });
 
-  test("prints nothing when not a TTY, or when disabled", () => {
-    for (const [isTTY, enabled] of [[false, true], [true, false]] as const) {
-      const { writes, stream } = fake(isTTY);
-      const bar = new ProgressBar("x", 2, { stream, enabled });
-      bar.update(1);
-      bar.update(2);
-      bar.finish();
-      expect(writes).toEqual([]);
+  test("a hidden source that throws for one request ends it alone", () => {
+    const throwing: HiddenSource = {
+      hidden,
+      fill(out, offset, request, token, position) {
+        if (request.id === "bad" && position === 1) throw new Error("no row for you");
+        source.fill(out, offset, request, token, position);
+      },
+    };
+    const { byId, stats } = runAll(throwing, ["g", "s", "late"]);
+    expect(byId.get("bad")).toMatchObject({ reason: "error", error: "hidden source: no row for you", tokens: solo.tokens.get("bad")!.slice(0, 1) });
+    expect(stats).toMatchObject({ finished: 3, failed: 1, retries: 0 });
+  });
+
+  test("a throwing onToken ends that request alone, even on its last token; the loop stays consistent", () => {
+    const { byId, stats } = runAll(source, ["bad", "late"], (id, position) => {
+      if ((id === "s" && position === 1) || (id === "g" && position === 5)) throw new Error(`consumer of ${id} gone`);
+    });
+    expect(byId.get("s")).toMatchObject({ reason: "error", error: "onToken threw: consumer of s gone", tokens: solo.tokens.get("s")!.slice(0, 2) });
+    expect(byId.get("g")).toMatchObject({ reason: "error", error: "onToken threw: consumer of g gone", tokens: solo.tokens.get("g")! });
+    expect(stats).toMatchObject({ finished: 2, failed: 2 });
+  });
+
+  test("a throwing onStep leaves the step complete: the next run goes on as if nothing happened", () => {
+    let thrown = false;
+    const loop = new DecodeLoop(head.weights, {
+      slots: 4,
+      hiddenSource: source,
+      onStep: (e) => {
+        if (e.step === 1 && !thrown) {
+          thrown = true;
+          throw new Error("observer failed");
+        }
+      },
+    });
+    for (const r of requests) loop.submit(r);
+    expect(() => loop.run()).toThrow("observer failed");
+    const { results } = loop.run();
+    const tokens = new Map(results.map((r) => [r.id, r.tokens.length]));
+    expect(tokens).toEqual(new Map(requests.map((r) => [r.id, r.maxNewTokens]))); // no step lost or repeated
+    expect(loop.stats.slotTokens).toBe(6 + 6 + 6 + 4);
+  });
+});
+
+describe("a long-running loop holds only what is queued or running", () => {
+  const head = f32Head(device, hidden, vocab, 43);
+  const source = sourceFor(head);
+  afterAll(() => head[Symbol.dispose]());
+
+  test("ended requests are handed over and released: their ids can be submitted again", () => {
+    const loop = new DecodeLoop(head.weights, { slots: 2, hiddenSource: source });
+    const handed: RequestResult[] = [];
+    for (let round = 0; round < 3; round++) {
+      for (let i = 0; i < 5; i++) loop.submit({ id: `r${i}`, firstToken: i, maxNewTokens: 1 + (i % 3) });
+      expect(() => loop.submit({ id: "r0", firstToken: 0, maxNewTokens: 1 })).toThrow("submitted twice"); // while in flight
+      handed.push(...loop.run().results);
     }
+    expect(handed.length).toBe(15);
+    const r4 = handed.filter((r) => r.id === "r4");
+    expect(r4.length).toBe(3);
+    expect(r4[2]!.tokens).toEqual(r4[0]!.tokens); // the same request again, the same tokens
+  });
+
+  test("statistics stay a fixed size however many calls ran", () => {
+    const loop = new DecodeLoop(head.weights, { slots: 3, hiddenSource: source });
+    const shape = () => JSON.stringify(loop.stats, (_, v) => (typeof v === "number" ? 0 : v));
+    for (let i = 0; i < 3; i++) loop.submit({ id: `a${i}`, firstToken: i, maxNewTokens: 2 });
+    loop.run();
+    const early = shape();
+    for (let i = 0; i < 60; i++) loop.submit({ id: `b${i}`, firstToken: i, maxNewTokens: 1 + (i % 4) });
+    const { stats } = loop.run();
+    expect(shape()).toBe(early);
+    expect(stats.callsByRows.length).toBe(4);
+    expect(stats.callsByRows.reduce((a, b) => a + b, 0)).toBe(stats.calls);
+    expect(stats.headNsQuantiles.p50).toBeGreaterThan(0);
+    expect(stats.headNsQuantiles.p50).toBeLessThanOrEqual(stats.headNsQuantiles.max);
   });
 });

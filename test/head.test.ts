@@ -1,15 +1,18 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { BatchedHeadOut, LmheadError, MlxDevice, counters } from "../src/index.ts";
+import { BatchedHeadOut, LmheadError, MlxBuffer, MlxDevice, NonFiniteRowsError, counters, dequantize } from "../src/index.ts";
 import { GraphSession } from "../src/runtime.ts";
 import { bits, f32Head, randomF32, referenceHead, rng } from "./support.ts";
 
 const device = MlxDevice.open("cpu");
-afterAll(() => device.close());
 
 // A partial last chunk (hidden % 256 != 0) and a vocab that is no multiple of the task size.
 const hidden = 256 * 3 + 64;
 const vocab = 1001;
 const head = f32Head(device, hidden, vocab, 7);
+afterAll(() => {
+  head[Symbol.dispose]();
+  device.close();
+});
 
 function rows(n: number, seed: number): Float32Array {
   return randomF32(n * hidden, rng(seed), 3);
@@ -19,11 +22,12 @@ describe("row identity", () => {
   for (const n of [1, 2, 3, 5, 8, 9, 16, 33, 64]) {
     test(`every row of an N=${n} call equals its 1-row call bit for bit, also permuted`, () => {
       const hiddenRows = rows(n, 100 + n);
-      const batched = head.weights.lmHeadBatched(hiddenRows, n);
+      // Into caller-owned arrays: logits lent by a call are overwritten by the next.
+      const batched = head.weights.lmHeadBatched(hiddenRows, n, new Float32Array(n * vocab));
       const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => ((a * 7919 + n) % 101) - ((b * 7919 + n) % 101));
       const permuted = new Float32Array(n * hidden);
       order.forEach((src, dst) => permuted.set(hiddenRows.subarray(src * hidden, (src + 1) * hidden), dst * hidden));
-      const shuffled = head.weights.lmHeadBatched(permuted, n);
+      const shuffled = head.weights.lmHeadBatched(permuted, n, new Float32Array(n * vocab));
       for (let r = 0; r < n; r++) {
         const single = head.weights.lmHeadBatched(hiddenRows.subarray(r * hidden, (r + 1) * hidden), 1);
         expect(bits(batched.row(r))).toEqual(bits(single.row(0)));
@@ -33,13 +37,14 @@ describe("row identity", () => {
   }
 });
 
-test("every row is softcapped, not only row 0 (hf2q ADR-040 §0.16)", () => {
+test("every row is softcapped, not only row 0 (docs/NUMERICS.md, Softcap: all n·vocab values)", () => {
   const n = 6;
   const hiddenRows = rows(n, 5);
   // Large weights, so that many raw logits lie beyond the cap.
-  const cappedHead = f32Head(device, hidden, vocab, 8, 30, 2);
-  const capped = cappedHead.weights.lmHeadBatched(hiddenRows, n);
-  const plain = f32Head(device, hidden, vocab, 8, null, 2).weights.lmHeadBatched(hiddenRows, n);
+  using cappedHead = f32Head(device, hidden, vocab, 8, 30, 2);
+  using plainHead = f32Head(device, hidden, vocab, 8, null, 2);
+  const capped = cappedHead.weights.lmHeadBatched(hiddenRows, n, new Float32Array(n * vocab));
+  const plain = plainHead.weights.lmHeadBatched(hiddenRows, n);
   let beyondCap = 0;
   for (let r = 1; r < n; r++) {
     const single = cappedHead.weights.lmHeadBatched(hiddenRows.subarray(r * hidden, (r + 1) * hidden), 1);
@@ -73,9 +78,86 @@ test("n = 0 gives an empty result", () => {
   expect(out.logits.length).toBe(0);
 });
 
+describe("logits: lent, or into the caller's array", () => {
+  test("without `out` the CPU lends its logits: zero-copy, and stale (an error) after the next call", () => {
+    const x = rows(2, 21);
+    const first = head.weights.lmHeadBatched(x, 2);
+    const copy = first.logits.slice();
+    const memory = first.logits.buffer;
+    const second = head.weights.lmHeadBatched(rows(2, 22), 2);
+    expect(second.logits.buffer).toBe(memory); // no copy: the same memory, rewritten
+    expect(() => first.logits).toThrow(LmheadError);
+    expect(() => first.row(0)).toThrow(/stale|overwrote/);
+    expect(bits(head.weights.lmHeadBatched(x, 2).logits)).toEqual(bits(copy)); // same rows, same bits, same memory
+  });
+
+  test("with `out` the logits are written there, whatever the kind of its buffer or its offset", () => {
+    const x = rows(3, 23);
+    const lent = head.weights.lmHeadBatched(x, 3).logits.slice();
+    const shared = new Float32Array(new SharedArrayBuffer((3 * vocab + 5) * 4)).subarray(5);
+    const out = head.weights.lmHeadBatched(x, 3, shared);
+    expect(out.logits).toBe(shared);
+    expect(bits(shared)).toEqual(bits(lent));
+    head.weights.lmHeadBatched(rows(3, 24), 3);
+    expect(bits(out.logits)).toEqual(bits(lent)); // caller-owned: never stale
+    expect(() => head.weights.lmHeadBatched(x, 3, new Float32Array(3 * vocab - 1))).toThrow(`out len ${3 * vocab - 1} != n*vocab ${3 * vocab}`);
+  });
+
+  test("the scratch views are made once per row count, not per call", () => {
+    using fresh = f32Head(device, hidden, vocab, 31);
+    const pass = () => {
+      for (const n of [3, 1, 2]) fresh.weights.lmHeadBatched(rows(n, n), n);
+    };
+    expect(viewsMadeDuring(pass)).toBe(3 * 3); // hidden, normed and logits views for n = 3, 1 and 2
+    expect(viewsMadeDuring(() => [pass, pass, pass].forEach((p) => p()))).toBe(0);
+  });
+});
+
+/** MlxBuffer.view calls during fn. */
+function viewsMadeDuring(fn: () => void): number {
+  const original = MlxBuffer.prototype.view;
+  let made = 0;
+  MlxBuffer.prototype.view = function (this: MlxBuffer, offsetBytes: number, bytes: number) {
+    made++;
+    return original.call(this, offsetBytes, bytes);
+  };
+  try {
+    fn();
+  } finally {
+    MlxBuffer.prototype.view = original;
+  }
+  return made;
+}
+
+describe("non-finite rows", () => {
+  test("a NaN or ±Inf hidden row throws NonFiniteRowsError naming every such row; the others are unharmed", () => {
+    const n = 5;
+    const x = rows(n, 25);
+    const good = head.weights.lmHeadBatched(x, n, new Float32Array(n * vocab));
+    x[1 * hidden + 7] = NaN;
+    x[3 * hidden] = Infinity;
+    let error: unknown;
+    try {
+      head.weights.lmHeadBatched(x, n);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(NonFiniteRowsError);
+    expect((error as NonFiniteRowsError).rows).toEqual([1, 3]);
+    expect((error as NonFiniteRowsError).n).toBe(n);
+    expect((error as Error).message).toStartWith("Gemma batched output head: non-finite logits in rows 1, 3 of 5 (row 1: logit 0 is NaN)");
+    // The rows left, run again, are the same bits (row identity).
+    const kept = [0, 2, 4];
+    const again = new Float32Array(kept.length * hidden);
+    kept.forEach((r, i) => again.set(x.subarray(r * hidden, (r + 1) * hidden), i * hidden));
+    const out = head.weights.lmHeadBatched(again, kept.length);
+    kept.forEach((r, i) => expect(bits(out.row(i))).toEqual(bits(good.row(r))));
+  });
+});
+
 describe("barriers", () => {
   test("lmHeadBatched emits 2 barriers with softcap and 1 without", () => {
-    const plain = f32Head(device, hidden, vocab, 3, null);
+    using plain = f32Head(device, hidden, vocab, 3, null);
     const before = counters();
     head.weights.lmHeadBatched(rows(3, 1), 3);
     const mid = counters();
@@ -109,16 +191,26 @@ describe("barriers", () => {
 describe("host payload", () => {
   test("BatchedHeadOut carries logits only", () => {
     const out = head.weights.lmHeadBatched(rows(2, 2), 2);
-    expect(Object.keys(out).sort()).toEqual(["logits", "rows", "vocab"]);
+    expect(Object.keys(out).sort()).toEqual(["rows", "vocab"]);
     expect(out.logits).toBeInstanceOf(Float32Array);
     expect(out.logits.length).toBe(2 * vocab);
   });
 
   for (const bad of [NaN, Infinity, -Infinity]) {
-    test(`fromLogits rejects ${bad}, naming offset and value`, () => {
+    test(`fromLogits rejects ${bad}, naming the rows and the first bad value`, () => {
       const logits = new Float32Array(12).fill(0.5);
-      logits[7] = bad;
-      expect(() => BatchedHeadOut.fromLogits(logits, 3, 4)).toThrow(`non-finite model logit at offset 7: ${bad}`);
+      logits[5] = bad;
+      logits[11] = bad;
+      let error: unknown;
+      try {
+        BatchedHeadOut.fromLogits(logits, 3, 4);
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(NonFiniteRowsError);
+      expect((error as NonFiniteRowsError).rows).toEqual([1, 2]);
+      expect((error as NonFiniteRowsError).code).toBe("non_finite");
+      expect((error as Error).message).toContain(`non-finite logits in rows 1, 2 of 3 (row 1: logit 1 is ${bad})`);
     });
   }
 });
@@ -133,6 +225,55 @@ describe("bad input is a typed error and the process lives", () => {
     }
     throw new Error("no error thrown");
   };
+
+  test("hidden rows of any type but Float32Array are refused, naming the type", () => {
+    const n = 2;
+    const len = n * hidden;
+    const bad: [unknown, string][] = [
+      [Array.from({ length: len }, () => 1), `Array(${len})`],
+      [{ length: len }, "Object"],
+      [new Int32Array(len), `Int32Array(${len})`],
+      [new Uint8Array(len), `Uint8Array(${len})`],
+      [new Float64Array(len), `Float64Array(${len})`],
+      [new DataView(new ArrayBuffer(len * 4)), `DataView(${len * 4})`],
+      [null, "null"],
+      [undefined, "undefined"],
+    ];
+    for (const [value, name] of bad) {
+      const call = () => head.weights.lmHeadBatched(value as Float32Array, n);
+      expect(code(call)).toBe("invalid_argument");
+      expect(call).toThrow(`lm_head_batched: hidden_rows must be a Float32Array, got ${name}`);
+    }
+    expect(() => head.weights.lmHeadBatched(rows(n, 1), n, new Float64Array(n * vocab) as unknown as Float32Array)).toThrow(
+      `lm_head_batched: out must be a Float32Array, got Float64Array(${n * vocab})`,
+    );
+  });
+
+  test("a Float32Array at any offset, over any kind of buffer, is taken as it is", () => {
+    const n = 2;
+    const x = rows(n, 31);
+    const want = head.weights.lmHeadBatched(x, n).logits.slice();
+    const shared = new Float32Array(new SharedArrayBuffer((x.length + 3) * 4), 12, x.length);
+    const offset = new Float32Array(x.length + 1).subarray(1);
+    for (const view of [shared, offset]) {
+      view.set(x);
+      expect(bits(head.weights.lmHeadBatched(view, n).logits)).toEqual(bits(want));
+    }
+  });
+
+  test("buffers, dequantize and BatchedHeadOut refuse what is not the typed array they take", () => {
+    using b = device.allocBuffer(16);
+    expect(() => b.write([1, 2, 3, 4] as unknown as Float32Array)).toThrow("write buffer: data must be a typed array or DataView, got Array(4)");
+    expect(() => b.write(null as unknown as Float32Array)).toThrow("got null");
+    expect(() => b.readInto({ length: 4 } as unknown as Float32Array)).toThrow("read buffer: destination must be a typed array or DataView, got Object");
+    expect(() => device.wrapHost(new Float32Array(4) as unknown as Uint8Array)).toThrow("wrap host memory must be a Uint8Array, got Float32Array(4)");
+    expect(() => dequantize(0, [0, 0, 0, 0] as unknown as Uint8Array)).toThrow("dequantize: bytes must be a Uint8Array, got Array(4)");
+    expect(() => dequantize(0, new Uint8Array(8), new Int32Array(2) as unknown as Float32Array)).toThrow("dequantize: out must be a Float32Array, got Int32Array(2)");
+    expect(() => BatchedHeadOut.fromLogits(new Uint32Array(4) as unknown as Float32Array, 1, 4)).toThrow("logits must be a Float32Array, got Uint32Array(4)");
+    // A DataView is a view like any other.
+    b.write(new DataView(new Float32Array([1, 2, 3, 4]).buffer));
+    expect(Array.from(b.readF32())).toEqual([1, 2, 3, 4]);
+  });
 
   test("wrong hidden length names both numbers", () => {
     expect(() => head.weights.lmHeadBatched(new Float32Array(hidden * 2 - 1), 2)).toThrow(

@@ -9,8 +9,9 @@ import { join } from "node:path";
 import { benchSvg, parseBenchArgs, runBench } from "../bench/head.ts";
 import { PeerBench, peerDefaultVocab } from "../bench/peer/compare.ts";
 import { GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, PeerError } from "../bench/peer/ggml.ts";
-import { fillHead, headBytes } from "../bench/weights.ts";
-import { UsageError } from "../src/decode/args.ts";
+import { fillHead } from "../bench/weights.ts";
+import { UsageError } from "../src/cli/args.ts";
+import { rowBytes } from "../src/formats.ts";
 import { MlxDevice } from "../src/runtime.ts";
 
 const root = join(import.meta.dir, "..");
@@ -42,7 +43,7 @@ describe("bench --peer flags", () => {
   });
 
   test("bench --help documents both flags", () => {
-    const p = Bun.spawnSync([process.execPath, join(root, "src", "cli.ts"), "bench", "--help"], { stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawnSync([process.execPath, join(root, "bench", "cli.ts"), "bench", "--help"], { stdout: "pipe", stderr: "pipe" });
     expect(p.exitCode).toBe(0);
     expect(p.stdout.toString()).toContain("--peer NAME");
     expect(p.stdout.toString()).toContain("--peer-buffer B");
@@ -70,7 +71,7 @@ describe("ggml peer package", () => {
 
   test("lmhead bench --peer ggml with the package missing: one line on stderr, exit 1, no download", () => {
     const p = Bun.spawnSync(
-      [process.execPath, join(root, "src", "cli.ts"), "bench", "--peer", "ggml", "--types", "Q8_0", "--vocab", "64", "--hidden", "64", "--rows", "1", "--probe-mib", "0", "--out", join(empty, "out")],
+      [process.execPath, join(root, "bench", "cli.ts"), "bench", "--peer", "ggml", "--types", "Q8_0", "--vocab", "64", "--hidden", "64", "--rows", "1", "--probe-mib", "0", "--out", join(empty, "out")],
       { env: { ...process.env, LMHEAD_PEER_DIR: empty, LMHEAD_DEBUG: "" }, stdout: "pipe", stderr: "pipe" },
     );
     expect(p.exitCode).toBe(1);
@@ -130,17 +131,20 @@ describe("ggml peer, side by side", () => {
     using peer = GgmlPeer.open(1, () => {}, home);
     const hidden = 64;
     const vocab = 16;
-    using buffer = device.allocBuffer(headBytes(8, hidden, vocab) + 64);
-    const bytes = buffer.hostView().subarray(0, headBytes(8, hidden, vocab));
-    fillHead(bytes, 8, hidden, vocab, 1);
-    expect(() => peer.head(8, hidden, vocab + 1, bytes, "best")).toThrow(/head has 1088 bytes, a q8_0 head of 17 x 64 needs 1156/);
-    expect(() => peer.head(8, 48, vocab, bytes, "best")).toThrow(/48 values per row is not whole q8_0 blocks/);
-    expect(() => peer.head(8, hidden, vocab, buffer.hostView().subarray(1, 1 + bytes.length), "cpu")).toThrow(/not 32-byte aligned/);
-    expect(() => peer.head(4, hidden, vocab, bytes, "best")).toThrow(/ggml type 4 is not a ggml 0.19.0 type/);
-    using head = peer.head(8, hidden, vocab, bytes, "cpu");
-    expect(head.buffer).toBe("CPU");
-    expect(() => head.plan(0)).toThrow(/rows 0 outside/);
-    using plan = head.plan(2);
-    expect(() => plan.setInput(new Float32Array(hidden))).toThrow(/input has 64 values, the plan takes 128/);
+    const headBytes = rowBytes(8, hidden) * vocab;
+    using buffer = device.allocBuffer(headBytes + 64);
+    buffer.withHostBytes((host) => {
+      const bytes = host.subarray(0, headBytes);
+      fillHead(bytes, 8, hidden, vocab, 1);
+      expect(() => peer.head(8, hidden, vocab + 1, bytes, "best")).toThrow(/head has 1088 bytes, a q8_0 head of 17 x 64 needs 1156/);
+      expect(() => peer.head(8, 48, vocab, bytes, "best")).toThrow(/48 values per row is not whole q8_0 blocks/);
+      expect(() => peer.head(8, hidden, vocab, host.subarray(1, 1 + bytes.length), "cpu")).toThrow(/not 32-byte aligned/);
+      expect(() => peer.head(4, hidden, vocab, bytes, "best")).toThrow(/ggml type 4 is not a ggml 0.19.0 type/);
+      using head = peer.head(8, hidden, vocab, bytes, "cpu");
+      expect(head.buffer).toBe("CPU");
+      expect(() => head.plan(0)).toThrow(/rows 0 outside/);
+      using plan = head.plan(2);
+      expect(() => plan.setInput(new Float32Array(hidden))).toThrow(/input has 64 values, the plan takes 128/);
+    });
   });
 });

@@ -1,5 +1,5 @@
-/** The runtime under the head: registry, trace, host phases, and the C ABI under random misuse. */
-import { afterAll, expect, test } from "bun:test";
+/** The runtime under the head: registry, trace, host phases, the C ABI under random misuse, lent host bytes. */
+import { afterAll, describe, expect, test } from "bun:test";
 import { lib } from "../src/native.ts";
 import { GraphSession, LmheadError, MlxDevice, hostPhases } from "../src/index.ts";
 import { f32Head, randomF32, rng } from "./support.ts";
@@ -10,7 +10,7 @@ afterAll(() => device.close());
 test("the kernel registry resolves each kernel on first use", () => {
   using fresh = MlxDevice.open("cpu");
   expect(fresh.registry.kernels()).toEqual([]);
-  const head = f32Head(fresh, 256, 10, 1);
+  using head = f32Head(fresh, 256, 10, 1);
   head.weights.lmHeadBatched(randomF32(256, rng(1)), 1);
   expect(fresh.registry.kernels().sort()).toEqual(["matvec_F32_f32", "rms_norm_f32", "softcap_f32"]);
 });
@@ -37,18 +37,23 @@ test("the encode trace prints every dispatch and barrier to stderr", async () =>
   ]);
 });
 
-test("host phase timers are off by default and accumulate head wait and readback when on", () => {
-  const head = f32Head(device, 256, 10, 2);
+test("host phase timers are off by default and accumulate head wait, readback and check when on", () => {
+  using head = f32Head(device, 256, 10, 2);
   hostPhases.reset();
   head.weights.lmHeadBatched(randomF32(256, rng(2)), 1);
   expect(hostPhases.snapshot().headWait.calls).toBe(0);
   hostPhases.enabled = true;
   try {
     head.weights.lmHeadBatched(randomF32(512, rng(3)), 2);
-    const phases = hostPhases.snapshot();
+    let phases = hostPhases.snapshot();
     expect(phases.headWait.calls).toBe(1);
-    expect(phases.headReadback.calls).toBe(1);
+    expect(phases.headReadback.calls).toBe(0); // the CPU lends its logits: nothing to copy
+    expect(phases.headCheck.calls).toBe(1);
     expect(phases.headWait.totalNs).toBeGreaterThan(0);
+    head.weights.lmHeadBatched(randomF32(512, rng(3)), 2, new Float32Array(20));
+    phases = hostPhases.snapshot();
+    expect(phases.headReadback.calls).toBe(1); // into the caller's array
+    expect(phases.headCheck.calls).toBe(2);
   } finally {
     hostPhases.enabled = false;
     hostPhases.reset();
@@ -108,4 +113,41 @@ test("buffers dropped without free are released when collected", async () => {
   }
   using last = device.allocBuffer(4);
   expect(last.bytes).toBe(4);
+});
+
+describe("host bytes are lent inside a callback and never outlive the buffer", () => {
+  test("the bytes are the buffer's memory during the callback and empty after it", () => {
+    const b = device.allocBuffer(16);
+    let kept = new Uint8Array(0);
+    const sum = b.withHostBytes((bytes) => {
+      bytes.set([1, 2, 3, 4], 4); // zero-copy: a write here is a write to the buffer
+      kept = bytes;
+      return bytes.reduce((a, v) => a + v, 0);
+    });
+    expect(sum).toBe(10);
+    expect(Array.from(b.read(4, 4))).toEqual([1, 2, 3, 4]);
+    expect(kept.length).toBe(0); // detached: reading past the callback gives nothing, not memory
+    b.free();
+    expect(kept[0]).toBeUndefined(); // ...even after the buffer is gone
+  });
+
+  test("the buffer cannot be freed while its bytes are lent", () => {
+    const b = device.allocBuffer(16);
+    expect(() => b.withHostBytes(() => b.free())).toThrow("free buffer: its bytes are lent to a withHostBytes callback");
+    b.free(); // and can be after
+  });
+
+  test("bytes transferred out of the callback stay valid: the buffer's memory is pinned", () => {
+    const b = device.allocBuffer(16);
+    let moved = new ArrayBuffer(0);
+    expect(() =>
+      b.withHostBytes((bytes) => {
+        bytes.fill(9);
+        moved = bytes.buffer.transfer();
+      }),
+    ).toThrow("the lent bytes were transferred out of the callback");
+    b.free();
+    Bun.gc(true);
+    expect(Array.from(new Uint8Array(moved))).toEqual(new Array(16).fill(9));
+  });
 });

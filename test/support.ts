@@ -1,16 +1,11 @@
 /** Shared test fixtures: seeded data, a head built from host arrays, and f64 references. */
 import { MlxDevice, MlxModelWeights, formatInfo } from "../src/index.ts";
+import { SplitMix32 } from "../src/random.ts";
 
-/** splitmix32: small, seeded, reproducible. */
+/** Uniform draws in [0, 1) from a seeded SplitMix32. */
 export function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x9e3779b9) >>> 0;
-    let z = s;
-    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
-    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
-    return ((z ^ (z >>> 16)) >>> 0) / 2 ** 32;
-  };
+  const stream = new SplitMix32(seed);
+  return () => stream.float();
 }
 
 /** Roughly normal values with the given scale. */
@@ -20,7 +15,8 @@ export function randomF32(count: number, random: () => number, scale = 1): Float
   return out;
 }
 
-export interface TestHead {
+/** A head over device buffers of its own; `using` (or dispose) frees them and the head's scratch. */
+export interface TestHead extends Disposable {
   device: MlxDevice;
   weights: MlxModelWeights;
   norm: Float32Array;
@@ -68,7 +64,14 @@ export function buildHead(
     finalLogitSoftcapping: cap,
     rmsNormEps: eps,
   });
-  return { device, weights, norm, headBytes, headValues, hidden, vocab, cap, eps };
+  return {
+    device, weights, norm, headBytes, headValues, hidden, vocab, cap, eps,
+    [Symbol.dispose]() {
+      weights[Symbol.dispose]();
+      normBuffer.free();
+      headBuffer.free();
+    },
+  };
 }
 
 /** The head in f64: norm, dot with the decoded weights, softcap. Also returns Σ|y·w| per logit for error bounds. */

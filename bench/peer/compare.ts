@@ -6,9 +6,9 @@
  * For each N it also reports each side's error against an f64 product of the exactly
  * decoded weights, and whether row r of the N-row call equals the 1-row call, bit for bit.
  */
-import { Rng } from "../../src/artifact/synth.ts";
-import { stringFlag, UsageError, type FlagSpec, type Flags } from "../../src/decode/args.ts";
-import { fixed } from "../../src/decode/stats.ts";
+import { stringFlag, UsageError, type FlagSpec, type Flags } from "../../src/cli/args.ts";
+import { fixed } from "../../src/cli/format.ts";
+import { Rng } from "../../src/random.ts";
 import { dequantize, formatInfo } from "../../src/formats.ts";
 import type { MlxModelWeights } from "../../src/head.ts";
 import { GraphSession, type MlxBuffer } from "../../src/runtime.ts";
@@ -105,9 +105,10 @@ function sampleRows(vocab: number, seed: number): number[] {
 /** ref[r][i] = Σ_k x[r, k]·W[sample_i, k] in f64, W decoded exactly by lmhead's reference decoder. */
 function reference(weights: MlxModelWeights, x: Float32Array, rows: number, samples: readonly number[]): Float64Array[] {
   const hidden = weights.hiddenSize;
-  const head = weights.head.hostView();
-  const rowBytes = head.byteLength / weights.vocabSize;
-  const decoded = samples.map((j) => dequantize(weights.headType, head.subarray(j * rowBytes, (j + 1) * rowBytes)));
+  const decoded = weights.head.withHostBytes((head) => {
+    const rowBytes = head.byteLength / weights.vocabSize;
+    return samples.map((j) => dequantize(weights.headType, head.subarray(j * rowBytes, (j + 1) * rowBytes)));
+  });
   return Array.from({ length: rows }, (_, r) => {
     const xr = x.subarray(r * hidden, (r + 1) * hidden);
     return Float64Array.from(decoded, (w) => {
@@ -188,7 +189,9 @@ export class PeerBench implements Disposable {
     const maxRows = Math.max(...this.o.rows);
     const x = normalizedRows(weights, hiddenRows, maxRows);
     using stack = new DisposableStack();
-    const head = stack.use(this.peer.head(typeId, hidden, vocab, weights.head.hostView(), this.options.buffer));
+    // ggml reads the bytes in place (plain CPU buffer) or copies them now (repacked): either
+    // way what it holds stays valid while `weights` lives, which outlasts this run.
+    const head = stack.use(weights.head.withHostBytes((bytes) => this.peer.head(typeId, hidden, vocab, bytes, this.options.buffer)));
     const normed = stack.use(device.allocBuffer(x.byteLength));
     normed.write(x);
     const singles = this.#singleRows(weights, head, normed, x, maxRows, stack);

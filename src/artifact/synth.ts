@@ -4,68 +4,13 @@
 // fields (at the table's dOffset/mOffset) overwritten by finite values chosen so dequantized
 // weights have an RMS near `rms`; with RMS-normed inputs, logits then come out O(1–10).
 import { formatInfo, type FormatInfo } from "../formats.ts";
+import { Rng } from "../random.ts";
+
+export { Rng };
 
 // The synthetic bytes (and so the default artifact's checksum) assume a little-endian host,
 // as every platform Bun runs on is.
 if (new Uint8Array(new Uint32Array([1]).buffer)[0] !== 1) throw new Error("lmhead needs a little-endian host");
-
-/** xoshiro128** (Blackman & Vigna), seeded through splitmix32. Same seed, same stream, everywhere. */
-export class Rng {
-  private a: number;
-  private b: number;
-  private c: number;
-  private d: number;
-  constructor(seed: number) {
-    let s = seed >>> 0;
-    const next = (): number => {
-      s = (s + 0x9e3779b9) | 0;
-      let z = s;
-      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-      return (z ^ (z >>> 16)) >>> 0;
-    };
-    this.a = next();
-    this.b = next();
-    this.c = next();
-    this.d = next();
-  }
-  /** Next 32 random bits as an unsigned integer. */
-  u32(): number {
-    const r = Math.imul(rotl(Math.imul(this.b, 5), 7), 9);
-    const t = this.b << 9;
-    this.c ^= this.a;
-    this.d ^= this.b;
-    this.b ^= this.c;
-    this.a ^= this.d;
-    this.c ^= t;
-    this.d = rotl(this.d, 11);
-    return r >>> 0;
-  }
-  /** Uniform in [0, 1), 32 bits of resolution. */
-  float(): number {
-    return this.u32() / 4294967296;
-  }
-  /** Fills `out` with random bytes: each 32-bit draw gives 4 bytes, little-endian. */
-  fill(out: Uint8Array): void {
-    const words = out.byteLength >>> 2;
-    if (out.byteOffset % 4 === 0) {
-      const w = new Uint32Array(out.buffer, out.byteOffset, words);
-      for (let i = 0; i < words; i++) w[i] = this.u32();
-    } else {
-      const dv = new DataView(out.buffer, out.byteOffset, out.byteLength);
-      for (let i = 0; i < words; i++) dv.setUint32(i * 4, this.u32(), true);
-    }
-    const tail = out.byteLength - words * 4;
-    if (tail > 0) {
-      const r = this.u32();
-      for (let i = 0; i < tail; i++) out[words * 4 + i] = (r >>> (8 * i)) & 0xff;
-    }
-  }
-}
-
-function rotl(x: number, k: number): number {
-  return (x << k) | (x >>> (32 - k));
-}
 
 /**
  * Calibration, not layout (layout comes from formatInfo): RMS of a dequantized value when the

@@ -1,5 +1,5 @@
 /**
- * Slot-aware byte equivalence (hf2q's slot_aware_* suite, H-S1-rowparity): a set of requests
+ * Slot-aware byte equivalence, the README's row-identity promise end to end: a set of requests
  * run through the batched loop (S slots, staggered admission and eviction) must give, for every
  * request, exactly the tokens and the logits (u32 bits) it gets running alone (n = 1, serial).
  */
@@ -74,7 +74,7 @@ export function serialReference(weights: MlxModelWeights, requests: readonly Dec
     });
     loop.submit({ ...request, arrivalStep: 0 });
     const report = loop.run();
-    tokens.set(request.id, report.results[0]!.tokens);
+    tokens.set(request.id, report.results[0]?.tokens ?? []);
     logits.set(request.id, rows);
     calls += report.stats.calls;
   }
@@ -150,9 +150,11 @@ export function compareBatched(
   });
   for (const request of requests) loop.submit(request);
   const report = loop.run();
-  for (const result of report.results) {
-    const serial = reference.tokens.get(result.id) ?? [];
-    if (result.tokens.length !== serial.length) note({ id: result.id, position: Math.min(result.tokens.length, serial.length), kind: "length" });
+  const batched = new Map(report.results.map((r) => [r.id, r.tokens]));
+  for (const request of requests) {
+    const tokens = batched.get(request.id) ?? [];
+    const serial = reference.tokens.get(request.id) ?? [];
+    if (tokens.length !== serial.length) note({ id: request.id, position: Math.min(tokens.length, serial.length), kind: "length" });
   }
   return {
     ok: mismatchCount === 0,

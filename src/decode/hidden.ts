@@ -13,7 +13,8 @@
  */
 import { LmheadError } from "../errors.ts";
 import type { EmbeddingTable } from "../model.ts";
-import { mix32, requestKey } from "./sampling.ts";
+import { mix32, SplitMix32 } from "../random.ts";
+import { expectTyped } from "../typed.ts";
 
 export type { EmbeddingTable };
 
@@ -21,7 +22,7 @@ export type { EmbeddingTable };
 export interface HiddenContext {
   /** The request id. */
   id: string;
-  /** requestKey(id), precomputed. */
+  /** hash32(id), precomputed. */
   key: number;
 }
 
@@ -47,6 +48,9 @@ export class EmbeddingHiddenSource implements HiddenSource {
   readonly hidden: number;
   readonly scale: number;
   readonly perturbation: number;
+  /** The embedding row being decoded, reused for every fill. */
+  readonly #row: Float32Array;
+  readonly #noise = new SplitMix32(0);
 
   constructor(
     readonly embedding: EmbeddingTable,
@@ -58,13 +62,18 @@ export class EmbeddingHiddenSource implements HiddenSource {
     if (!Number.isFinite(this.scale) || !Number.isFinite(this.perturbation) || this.perturbation < 0) {
       throw new LmheadError("invalid_argument", `hidden source: scale ${this.scale} and perturbation ${this.perturbation} must be finite (perturbation >= 0)`);
     }
+    this.#row = new Float32Array(this.hidden);
   }
 
   fill(out: Float32Array, offset: number, request: HiddenContext, token: number, position: number): void {
+    expectTyped(out, "Float32Array", "hidden source: out");
+    if (!Number.isSafeInteger(offset) || offset < 0 || offset + this.hidden > out.length) {
+      throw new LmheadError("out_of_bounds", `hidden source: row [${offset}, ${offset + this.hidden}) outside out's ${out.length} values`);
+    }
     if (!Number.isInteger(token) || token < 0 || token >= this.embedding.vocab) {
       throw new LmheadError("out_of_bounds", `token ${token} outside the vocabulary [0, ${this.embedding.vocab})`);
     }
-    const row = this.embedding.row(token);
+    const row = this.embedding.row(token, this.#row);
     const hidden = this.hidden;
     if (row.length !== hidden) throw new LmheadError("invalid_argument", `embedding row has ${row.length} values, expected ${hidden}`);
     const scale = this.scale;
@@ -73,19 +82,16 @@ export class EmbeddingHiddenSource implements HiddenSource {
     // Uniform in ±half has RMS half/√3.
     const half = this.perturbation * Math.abs(scale) * Math.sqrt((3 * sumSq) / hidden);
     const step = (2 * half) / 4294967296;
-    // A Weyl sequence through mix32, seeded by (request, position): no allocation per row.
-    let state = mix32(request.key ^ Math.imul(position + 1, 0x85ebca6b));
-    for (let k = 0; k < hidden; k++) {
-      state = (state + 0x9e3779b9) >>> 0;
-      out[offset + k] = row[k]! * scale + (mix32(state) * step - half);
-    }
+    // One stream per (request, position), on a reused generator: no allocation per row.
+    const noise = this.#noise;
+    noise.reseed(mix32(request.key ^ Math.imul(position + 1, 0x85ebca6b)));
+    for (let k = 0; k < hidden; k++) out[offset + k] = row[k]! * scale + (noise.u32() * step - half);
   }
 }
 
 /** An embedding table over a decoded [vocab, hidden] f32 array (tests; small heads). */
 export function denseEmbedding(values: Float32Array, vocab: number, hidden: number, typeId = 0): EmbeddingTable {
+  expectTyped(values, "Float32Array", "dense embedding: values");
   if (values.length !== vocab * hidden) throw new LmheadError("invalid_argument", `embedding has ${values.length} values, expected ${vocab}·${hidden}`);
   return { vocab, hidden, typeId, row: (token) => values.subarray(token * hidden, (token + 1) * hidden) };
 }
-
-export { requestKey };

@@ -1,10 +1,7 @@
-/** The decode loop over the batched head: slots, sampling, hidden sources, equivalence, the CLI job. */
+/** The decode loop over the batched head: slots, sampling, hidden sources, equivalence. */
 export { DecodeLoop, type DecodeLoopOptions, type DecodeReport, type DecodeRequest, type DecodeStats, type RequestResult, type StepEvent, type TokenEvent } from "./loop.ts";
 export { EmbeddingHiddenSource, denseEmbedding, type EmbeddingSourceOptions, type EmbeddingTable, type HiddenContext, type HiddenSource } from "./hidden.ts";
-export { Sampler, RequestRng, argmax, greedy, mix32, parseSampling, requestKey, requestRng, samplingText, type Sampling } from "./sampling.ts";
+export { Sampler, argmax, greedy, parseSampling, requestRng, samplingText, type Sampling } from "./sampling.ts";
 export { compareBatched, describeEquivalence, serialReference, slotAwareEquivalence, type EquivalenceOptions, type EquivalenceReport, type Mismatch, type SerialReference } from "./equivalence.ts";
 export { staggeredRequests, type WorkloadOptions } from "./workload.ts";
-export { measureReadBandwidth, type BandwidthOptions, type BandwidthResult } from "./bandwidth.ts";
-export { formatDecodeSummary, runDecodeJob, type DecodeJobOptions, type DecodeJobSummary } from "./job.ts";
-export { ProgressBar } from "./progress.ts";
-export { fixed, percentile, sum } from "./stats.ts";
+export { LogHistogram, type Quantiles } from "./histogram.ts";

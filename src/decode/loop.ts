@@ -7,12 +7,21 @@
  * picks a token per row, and feeds it back as that request's next input. Rows move as slots
  * free up (a request's row index changes over its life), which is what the head's row-identity
  * contract must survive.
+ *
+ * One request cannot stop the others: a request whose hidden row cannot be made, whose logits
+ * come back non-finite, or whose onToken callback throws ends alone with reason "error"; the
+ * other rows of that step run again without it, and by row identity give the same bits. A
+ * finished request is handed to the caller (in the step's event and run()'s results) and the
+ * loop keeps nothing of it, so a long-running loop holds only what is queued or running, its id
+ * can be submitted again, and its statistics stay a fixed size.
  */
-import type { MlxModelWeights } from "../head.ts";
+import { NonFiniteRowsError, type BatchedHeadOut, type MlxModelWeights } from "../head.ts";
 import { LmheadError } from "../errors.ts";
 import { hostPhases } from "../phases.ts";
+import { hash32, type SplitMix32 } from "../random.ts";
+import { LogHistogram, type Quantiles } from "./histogram.ts";
 import type { HiddenContext, HiddenSource } from "./hidden.ts";
-import { greedy, requestKey, requestRng, Sampler, type RequestRng, type Sampling } from "./sampling.ts";
+import { greedy, requestRng, Sampler, type Sampling } from "./sampling.ts";
 
 export interface DecodeRequest {
   /** Unique within a loop. */
@@ -49,41 +58,51 @@ export interface StepEvent {
   step: number;
   /** Head calls so far, this one included. */
   calls: number;
+  /** Rows of the step's head call (after dropping failed rows). */
   rows: number;
   headNs: number;
   finalizeNs: number;
   admitted: readonly string[];
-  finished: readonly string[];
+  /** Requests that ended in this step, handed over: the loop keeps nothing of them. */
+  finished: readonly RequestResult[];
 }
 
 export interface RequestResult {
   id: string;
   tokens: number[];
   arrivalStep: number;
-  admittedStep: number | null;
-  finishedStep: number | null;
-  /** The slot it ran in (null: never admitted). */
-  slot: number | null;
-  /** Why it ended; null when the run stopped first. */
-  reason: "length" | "stop" | null;
+  admittedStep: number;
+  finishedStep: number;
+  /** The slot it ran in. */
+  slot: number;
+  /** Why it ended: its length, a stop token, or an error (see `error`). */
+  reason: "length" | "stop" | "error";
+  /** What failed, for reason "error": its hidden row, its logits, or the onToken callback. */
+  error: string | null;
 }
 
+/** Counters of a loop's life, in fixed memory. */
 export interface DecodeStats {
-  /** Head calls. */
+  /** Head calls that returned logits. */
   calls: number;
+  /** Head calls run again without the rows that came back non-finite. */
+  retries: number;
   /** Tokens generated (Σ rows over calls). */
   slotTokens: number;
-  /** Rows and head time (ns, the whole lmHeadBatched call) of each call. */
-  rowsPerCall: number[];
-  headNsPerCall: number[];
-  /** Totals over the run, ns. */
+  /** callsByRows[r]: calls with r rows (r <= slots). */
+  callsByRows: number[];
+  /** Totals over the run, ns; headNs is the whole lmHeadBatched call. */
   gatherNs: number;
   headNs: number;
   finalizeNs: number;
+  /** Head time per call, ns (from a histogram: within 1% of the exact value). */
+  headNsQuantiles: Quantiles;
   /** Wall time of the steps (gather + head + finalize + bookkeeping), ns. */
   wallNs: number;
   admissions: number;
-  evictions: number;
+  /** Requests ended by their length or a stop token, and by an error. */
+  finished: number;
+  failed: number;
   /** Largest rows in one call. */
   maxRows: number;
 }
@@ -91,7 +110,9 @@ export interface DecodeStats {
 export interface DecodeLoopOptions {
   slots: number;
   hiddenSource: HiddenSource;
+  /** Each token, after its step's state is updated; a throw ends that request (reason "error"). */
   onToken?: (event: TokenEvent) => void;
+  /** Each step, once complete; a throw propagates out of step() and run() (the event holds the step's results). */
   onStep?: (event: StepEvent) => void;
 }
 
@@ -99,10 +120,21 @@ interface Active {
   request: DecodeRequest;
   context: HiddenContext;
   sampling: Sampling;
-  rng: RequestRng | null;
+  rng: SplitMix32 | null;
   stop: ReadonlySet<number> | null;
   result: RequestResult;
   inputToken: number;
+}
+
+interface Pending {
+  request: DecodeRequest;
+  arrival: number;
+}
+
+/** What run() returns: the requests that ended during the run, and the loop's statistics. */
+export interface DecodeReport {
+  results: RequestResult[];
+  stats: DecodeStats;
 }
 
 export class DecodeLoop {
@@ -110,22 +142,25 @@ export class DecodeLoop {
   readonly hidden: number;
   readonly vocab: number;
   readonly hiddenSource: HiddenSource;
-  /** The step clock: arrivals are scheduled on it; it advances one per head call, and jumps over idle time. */
+  /** The step clock: arrivals are scheduled on it; it advances one per step, and jumps over idle time. */
   #clock = 0;
-  #seq = 0;
-  readonly #pending: { request: DecodeRequest; arrival: number; seq: number }[] = [];
+  /** Queued requests from #pendingHead on, ordered by (arrival, submission). */
+  readonly #pending: Pending[] = [];
+  #pendingHead = 0;
   readonly #slotState: (Active | null)[];
-  readonly #results = new Map<string, RequestResult>();
+  #active = 0;
+  /** Ids queued or running: the only requests the loop holds. */
+  readonly #inFlight = new Set<string>();
+  /** Requests that ended outside a step's event (a failed gather before the head threw), handed over by the next step. */
+  #ended: RequestResult[] = [];
   /** [slots, hidden] gather buffer, and its [n, hidden] prefixes: no allocation per step. */
   readonly #rows: Float32Array;
   readonly #prefixes: Float32Array[];
   readonly #rowSlot: Int32Array;
   readonly #picked: Int32Array;
   readonly #sampler = new Sampler();
-  readonly #stats: DecodeStats = {
-    calls: 0, slotTokens: 0, rowsPerCall: [], headNsPerCall: [], gatherNs: 0, headNs: 0, finalizeNs: 0, wallNs: 0,
-    admissions: 0, evictions: 0, maxRows: 0,
-  };
+  readonly #headNs = new LogHistogram();
+  readonly #stats: Omit<DecodeStats, "headNsQuantiles">;
 
   constructor(
     readonly weights: MlxModelWeights,
@@ -145,6 +180,10 @@ export class DecodeLoop {
     this.#prefixes = Array.from({ length: slots }, (_, i) => this.#rows.subarray(0, (i + 1) * this.hidden));
     this.#rowSlot = new Int32Array(slots);
     this.#picked = new Int32Array(slots);
+    this.#stats = {
+      calls: 0, retries: 0, slotTokens: 0, callsByRows: new Array<number>(slots + 1).fill(0), gatherNs: 0, headNs: 0, finalizeNs: 0,
+      wallNs: 0, admissions: 0, finished: 0, failed: 0, maxRows: 0,
+    };
   }
 
   /** The current step of the clock. */
@@ -153,35 +192,40 @@ export class DecodeLoop {
   }
 
   get pending(): number {
-    return this.#pending.length;
+    return this.#pending.length - this.#pendingHead;
   }
 
   get active(): number {
-    return this.#slotState.reduce((n, s) => n + (s ? 1 : 0), 0);
-  }
-
-  /** Queues a request; it is admitted at its arrival step (or later, when a slot is free). */
-  submit(request: DecodeRequest): void {
-    const { id, firstToken, maxNewTokens } = request;
-    if (typeof id !== "string" || id.length === 0) throw new LmheadError("invalid_argument", `request id must be a non-empty string`);
-    if (this.#results.has(id)) throw new LmheadError("invalid_argument", `request id '${id}' submitted twice`);
-    if (!Number.isInteger(firstToken) || firstToken < 0 || firstToken >= this.vocab) {
-      throw new LmheadError("out_of_bounds", `request '${id}': first token ${firstToken} outside the vocabulary [0, ${this.vocab})`);
-    }
-    if (!Number.isSafeInteger(maxNewTokens) || maxNewTokens < 1) throw new LmheadError("invalid_argument", `request '${id}': maxNewTokens ${maxNewTokens} is not a positive integer`);
-    const arrival = request.arrivalStep ?? this.#clock;
-    if (!Number.isSafeInteger(arrival) || arrival < 0) throw new LmheadError("invalid_argument", `request '${id}': arrivalStep ${arrival} is not an integer >= 0`);
-    const entry = { request, arrival: Math.max(arrival, this.#clock), seq: this.#seq++ };
-    // Keep the queue ordered by (arrival, submission order).
-    let at = this.#pending.length;
-    while (at > 0 && this.#pending[at - 1]!.arrival > entry.arrival) at--;
-    this.#pending.splice(at, 0, entry);
-    this.#results.set(id, { id, tokens: [], arrivalStep: entry.arrival, admittedStep: null, finishedStep: null, slot: null, reason: null });
+    return this.#active;
   }
 
   /** True when nothing is running or queued. */
   get done(): boolean {
-    return this.#pending.length === 0 && this.active === 0;
+    return this.pending === 0 && this.#active === 0;
+  }
+
+  /** Statistics so far (a copy). */
+  get stats(): DecodeStats {
+    return { ...this.#stats, callsByRows: [...this.#stats.callsByRows], headNsQuantiles: this.#headNs.quantiles() };
+  }
+
+  /** Queues a request; it is admitted at its arrival step (or later, when a slot is free). Ids must be unique among queued and running requests. */
+  submit(request: DecodeRequest): void {
+    const { id, firstToken, maxNewTokens } = request;
+    if (typeof id !== "string" || id.length === 0) throw new LmheadError("invalid_argument", `request id must be a non-empty string`);
+    if (this.#inFlight.has(id)) throw new LmheadError("invalid_argument", `request id '${id}' submitted twice`);
+    if (!Number.isInteger(firstToken) || firstToken < 0 || firstToken >= this.vocab) {
+      throw new LmheadError("out_of_bounds", `request '${id}': first token ${firstToken} outside the vocabulary [0, ${this.vocab})`);
+    }
+    if (!Number.isSafeInteger(maxNewTokens) || maxNewTokens < 1) throw new LmheadError("invalid_argument", `request '${id}': maxNewTokens ${maxNewTokens} is not a positive integer`);
+    const requested = request.arrivalStep ?? this.#clock;
+    if (!Number.isSafeInteger(requested) || requested < 0) throw new LmheadError("invalid_argument", `request '${id}': arrivalStep ${requested} is not an integer >= 0`);
+    const arrival = Math.max(requested, this.#clock);
+    // Keep the queue ordered by (arrival, submission order).
+    let at = this.#pending.length;
+    while (at > this.#pendingHead && this.#pending[at - 1]!.arrival > arrival) at--;
+    this.#pending.splice(at, 0, { request, arrival });
+    this.#inFlight.add(id);
   }
 
   /**
@@ -190,118 +234,199 @@ export class DecodeLoop {
    * arrival is skipped.
    */
   step(): StepEvent | null {
+    const event = this.#step();
+    if (event) this.options.onStep?.(event);
+    return event;
+  }
+
+  /** Steps until every request is done, or `maxCalls` head calls have run; returns the requests that ended meanwhile, in order. */
+  run(opts: { maxCalls?: number } = {}): DecodeReport {
+    const maxCalls = opts.maxCalls ?? Infinity;
+    const results: RequestResult[] = [];
+    while (this.#stats.calls < maxCalls) {
+      const event = this.#step();
+      if (event === null) break;
+      for (const r of event.finished) results.push(r);
+      this.options.onStep?.(event);
+    }
+    return { results, stats: this.stats };
+  }
+
+  #step(): StepEvent | null {
     const t0 = Bun.nanoseconds();
     let admitted = this.#admit();
-    if (this.active === 0) {
-      if (this.#pending.length === 0) return null;
-      this.#clock = this.#pending[0]!.arrival; // nothing to do until then
-      admitted = admitted.concat(this.#admit());
+    if (this.#active === 0) {
+      if (this.pending === 0 && this.#ended.length === 0) return null;
+      if (this.pending > 0) {
+        this.#clock = this.#pending[this.#pendingHead]!.arrival; // nothing to do until then
+        admitted = admitted.concat(this.#admit());
+      }
     }
     const stats = this.#stats;
-    const hidden = this.hidden;
+    const step = this.#clock;
 
-    // Gather the active slots' rows, in slot order.
     const tg = Bun.nanoseconds();
+    let n = this.#gather(step);
+    const th = Bun.nanoseconds();
+    let out = null;
+    while (n > 0 && out === null) {
+      try {
+        out = this.weights.lmHeadBatched(this.#prefixes[n - 1]!, n);
+      } catch (e) {
+        if (!(e instanceof NonFiniteRowsError)) throw e;
+        n = this.#dropRows(e.rows, n, step, e.message);
+        stats.retries++;
+      }
+    }
+    const tf = Bun.nanoseconds();
+    if (out !== null) {
+      hostPhases.time("finalize", () => {
+        for (let r = 0; r < n; r++) {
+          const a = this.#slotState[this.#rowSlot[r]!]!;
+          this.#picked[r] = this.#sampler.pick(out.row(r), a.sampling, a.rng);
+        }
+      });
+    }
+    const te = Bun.nanoseconds();
+
+    // Every state change of the step first, then the callbacks: a callback sees a consistent loop.
+    const tokenEvents = out === null ? [] : this.#apply(n, step, out);
+    this.#clock++;
+    const headNs = tf - th;
+    if (out !== null) {
+      stats.calls++;
+      stats.slotTokens += n;
+      stats.callsByRows[n]!++;
+      stats.headNs += headNs;
+      this.#headNs.record(headNs);
+      stats.maxRows = Math.max(stats.maxRows, n);
+    }
+    stats.gatherNs += th - tg;
+    stats.finalizeNs += te - tf;
+    for (const e of tokenEvents) this.#deliver(e, step);
+    const finished = this.#ended;
+    this.#ended = [];
+    stats.wallNs += Bun.nanoseconds() - t0;
+    return { step, calls: stats.calls, rows: n, headNs, finalizeNs: te - tf, admitted, finished };
+  }
+
+  /** Writes the active slots' rows in slot order; a request whose source throws ends alone. Returns the rows. */
+  #gather(step: number): number {
     let n = 0;
     for (let s = 0; s < this.slots; s++) {
       const a = this.#slotState[s];
       if (!a) continue;
-      this.hiddenSource.fill(this.#rows, n * hidden, a.context, a.inputToken, a.result.tokens.length);
+      try {
+        this.hiddenSource.fill(this.#rows, n * this.hidden, a.context, a.inputToken, a.result.tokens.length);
+      } catch (e) {
+        this.#end(s, "error", step, `hidden source: ${messageOf(e)}`);
+        continue;
+      }
       this.#rowSlot[n++] = s;
     }
+    return n;
+  }
 
-    // One head call for all of them.
-    const th = Bun.nanoseconds();
-    const out = this.weights.lmHeadBatched(this.#prefixes[n - 1]!, n);
-    const tf = Bun.nanoseconds();
-
-    // Finalize: one token per row.
-    hostPhases.time("finalize", () => {
-      for (let r = 0; r < n; r++) {
-        const a = this.#slotState[this.#rowSlot[r]!]!;
-        this.#picked[r] = this.#sampler.pick(out.row(r), a.sampling, a.rng);
+  /** Ends the requests of `rows` and closes the gap they leave in the gathered rows. Returns the rows left. */
+  #dropRows(rows: readonly number[], n: number, step: number, why: string): number {
+    const drop = new Set(rows);
+    let kept = 0;
+    for (let r = 0; r < n; r++) {
+      const slot = this.#rowSlot[r]!;
+      if (drop.has(r)) {
+        this.#end(slot, "error", step, why);
+        continue;
       }
-    });
-    const te = Bun.nanoseconds();
+      if (kept !== r) this.#rows.copyWithin(kept * this.hidden, r * this.hidden, (r + 1) * this.hidden);
+      this.#rowSlot[kept++] = slot;
+    }
+    return kept;
+  }
 
-    // Feed back, report, evict.
-    const step = this.#clock;
-    const finished: string[] = [];
+  /** Feeds each picked token back and evicts finished requests; returns the token events to deliver. */
+  #apply(n: number, step: number, out: BatchedHeadOut): TokenEvent[] {
+    const events: TokenEvent[] = [];
     for (let r = 0; r < n; r++) {
       const slot = this.#rowSlot[r]!;
       const a = this.#slotState[slot]!;
       const token = this.#picked[r]!;
       const position = a.result.tokens.length;
       a.result.tokens.push(token);
-      this.options.onToken?.({ id: a.request.id, slot, row: r, rows: n, step, position, inputToken: a.inputToken, token, logits: out.row(r) });
+      events.push({ id: a.request.id, slot, row: r, rows: n, step, position, inputToken: a.inputToken, token, logits: out.row(r) });
       a.inputToken = token;
-      const stopped = a.stop?.has(token) ?? false;
-      if (stopped || a.result.tokens.length >= a.request.maxNewTokens) {
-        a.result.reason = stopped ? "stop" : "length";
-        a.result.finishedStep = step;
-        this.#slotState[slot] = null;
-        stats.evictions++;
-        finished.push(a.request.id);
-      }
+      if (a.stop?.has(token)) this.#end(slot, "stop", step, null);
+      else if (a.result.tokens.length >= a.request.maxNewTokens) this.#end(slot, "length", step, null);
     }
-    this.#clock++;
-
-    const headNs = tf - th;
-    stats.calls++;
-    stats.slotTokens += n;
-    stats.rowsPerCall.push(n);
-    stats.headNsPerCall.push(headNs);
-    stats.gatherNs += th - tg;
-    stats.headNs += headNs;
-    stats.finalizeNs += te - tf;
-    stats.maxRows = Math.max(stats.maxRows, n);
-    stats.wallNs += Bun.nanoseconds() - t0;
-    const event: StepEvent = { step, calls: stats.calls, rows: n, headNs, finalizeNs: te - tf, admitted, finished };
-    this.options.onStep?.(event);
-    return event;
+    return events;
   }
 
-  /** Steps until every request is done, or `maxCalls` head calls have run. */
-  run(opts: { maxCalls?: number } = {}): DecodeReport {
-    const maxCalls = opts.maxCalls ?? Infinity;
-    while (this.#stats.calls < maxCalls && this.step() !== null) {
-      // each step reports through the callbacks
+  /** Calls onToken; a throw ends that request, or turns its reason to "error" if the step ended it. */
+  #deliver(event: TokenEvent, step: number): void {
+    try {
+      this.options.onToken?.(event);
+    } catch (e) {
+      const why = `onToken threw: ${messageOf(e)}`;
+      const a = this.#slotState[event.slot];
+      if (a && a.request.id === event.id) this.#end(event.slot, "error", step, why);
+      else this.#relabel(event.id, why);
     }
-    return this.report();
   }
 
-  /** Results (in submission order) and statistics so far. */
-  report(): DecodeReport {
-    return { results: [...this.#results.values()].map((r) => ({ ...r, tokens: [...r.tokens] })), stats: structuredClone(this.#stats) };
+  /** A request the step already ended whose last token's callback threw. */
+  #relabel(id: string, why: string): void {
+    const result = this.#ended.find((r) => r.id === id);
+    if (!result || result.reason === "error") return;
+    result.reason = "error";
+    result.error = why;
+    this.#stats.finished--;
+    this.#stats.failed++;
+  }
+
+  /** Evicts the request in `slot` and hands its result over. */
+  #end(slot: number, reason: RequestResult["reason"], step: number, error: string | null): void {
+    const a = this.#slotState[slot]!;
+    this.#slotState[slot] = null;
+    this.#active--;
+    a.result.reason = reason;
+    a.result.error = error;
+    a.result.finishedStep = step;
+    this.#inFlight.delete(a.request.id);
+    this.#ended.push(a.result);
+    if (reason === "error") this.#stats.failed++;
+    else this.#stats.finished++;
   }
 
   #admit(): string[] {
     const admitted: string[] = [];
-    while (this.#pending.length > 0 && this.#pending[0]!.arrival <= this.#clock) {
+    while (this.pending > 0 && this.#active < this.slots && this.#pending[this.#pendingHead]!.arrival <= this.#clock) {
+      const { request, arrival } = this.#pending[this.#pendingHead++]!;
       const slot = this.#slotState.indexOf(null);
-      if (slot < 0) break;
-      const { request } = this.#pending.shift()!;
       const sampling = request.sampling ?? greedy;
-      const result = this.#results.get(request.id)!;
-      result.admittedStep = this.#clock;
-      result.slot = slot;
+      // Placeholders until #end: a result is handed over only once it has ended.
+      const result: RequestResult = { id: request.id, tokens: [], arrivalStep: arrival, admittedStep: this.#clock, finishedStep: -1, slot, reason: "length", error: null };
       this.#slotState[slot] = {
         request,
-        context: { id: request.id, key: requestKey(request.id) },
+        context: { id: request.id, key: hash32(request.id) },
         sampling,
         rng: requestRng(sampling, request.id),
         stop: request.stopTokens && request.stopTokens.length > 0 ? new Set(request.stopTokens) : null,
         result,
         inputToken: request.firstToken,
       };
+      this.#active++;
       this.#stats.admissions++;
       admitted.push(request.id);
+    }
+    // Drop the admitted prefix once it is most of the array, so the queue stays O(1) per request.
+    if (this.#pendingHead > 1024 && this.#pendingHead * 2 > this.#pending.length) {
+      this.#pending.splice(0, this.#pendingHead);
+      this.#pendingHead = 0;
     }
     return admitted;
   }
 }
 
-export interface DecodeReport {
-  results: RequestResult[];
-  stats: DecodeStats;
+/** What a caught value says: an Error's message, or the value itself. */
+function messageOf(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }

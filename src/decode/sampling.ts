@@ -5,6 +5,8 @@
  * other slots.
  */
 import { LmheadError } from "../errors.ts";
+import { hash32, mix32, SplitMix32 } from "../random.ts";
+import { expectTyped } from "../typed.ts";
 
 export type Sampling =
   | { kind: "greedy" }
@@ -69,6 +71,7 @@ export function samplingText(s: Sampling): string {
 
 /** Index of the largest value; ties go to the lowest index (hf2q's GPU argmax contract). */
 export function argmax(values: Float32Array): number {
+  expectTyped(values, "Float32Array", "argmax: values");
   let best = 0;
   let bestValue = values[0]!;
   for (let i = 1; i < values.length; i++) {
@@ -81,34 +84,6 @@ export function argmax(values: Float32Array): number {
   return best;
 }
 
-/** A 32-bit hash of a request id (FNV-1a over UTF-16 code units, then an avalanche). */
-export function requestKey(id: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193);
-  return mix32(h);
-}
-
-/** A 32-bit finalizer (avalanche): every input bit affects every output bit. */
-export function mix32(x: number): number {
-  let z = x >>> 0;
-  z = Math.imul(z ^ (z >>> 16), 0x7feb352d);
-  z = Math.imul(z ^ (z >>> 15), 0x846ca68b);
-  return (z ^ (z >>> 16)) >>> 0;
-}
-
-/** A small seeded PRNG (a Weyl sequence through mix32): one per request, 32-bit outputs. */
-export class RequestRng {
-  #state: number;
-  constructor(seed: number) {
-    this.#state = seed >>> 0;
-  }
-  /** Uniform in [0, 1). */
-  float(): number {
-    this.#state = (this.#state + 0x9e3779b9) >>> 0;
-    return mix32(this.#state) / 4294967296;
-  }
-}
-
 /**
  * A sampler with reusable scratch (no allocation per token once sized). `pick` consumes
  * exactly one random draw from `rng` per sampled token.
@@ -118,7 +93,8 @@ export class Sampler {
   #val = new Float64Array(0);
 
   /** Picks a token from one row of logits. */
-  pick(logits: Float32Array, sampling: Sampling, rng: RequestRng | null): number {
+  pick(logits: Float32Array, sampling: Sampling, rng: SplitMix32 | null): number {
+    expectTyped(logits, "Float32Array", "sampler: logits");
     if (sampling.kind === "greedy") return argmax(logits);
     if (rng === null) throw new LmheadError("invalid_argument", "sampling needs a request rng");
     const t = sampling.temperature;
@@ -128,7 +104,7 @@ export class Sampler {
   }
 
   /** Softmax over the whole vocabulary, walked in index order. */
-  #full(logits: Float32Array, t: number, rng: RequestRng): number {
+  #full(logits: Float32Array, t: number, rng: SplitMix32): number {
     const max = logits[argmax(logits)]!;
     let sum = 0;
     for (let i = 0; i < logits.length; i++) sum += Math.exp((logits[i]! - max) / t);
@@ -142,7 +118,7 @@ export class Sampler {
   }
 
   /** The k largest logits (ties: lower index first), softmax over them, walked best first. */
-  #topK(logits: Float32Array, k: number, t: number, rng: RequestRng): number {
+  #topK(logits: Float32Array, k: number, t: number, rng: SplitMix32): number {
     if (this.#idx.length < k) {
       this.#idx = new Int32Array(k);
       this.#val = new Float64Array(k);
@@ -177,7 +153,7 @@ export class Sampler {
 }
 
 /** The PRNG of one request: its sampling seed mixed with its id, so equal seeds still give each request its own stream. */
-export function requestRng(sampling: Sampling, id: string): RequestRng | null {
+export function requestRng(sampling: Sampling, id: string): SplitMix32 | null {
   if (sampling.kind === "greedy") return null;
-  return new RequestRng(mix32(sampling.seed ^ Math.imul(requestKey(id), 0x9e3779b1)));
+  return new SplitMix32(mix32(sampling.seed ^ Math.imul(hash32(id), 0x9e3779b1)));
 }

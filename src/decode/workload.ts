@@ -4,7 +4,8 @@
  */
 import { LmheadError } from "../errors.ts";
 import type { DecodeRequest } from "./loop.ts";
-import { mix32, type Sampling } from "./sampling.ts";
+import { mix32, SplitMix32 } from "../random.ts";
+import type { Sampling } from "./sampling.ts";
 
 export interface WorkloadOptions {
   /** Requests to make. */
@@ -37,11 +38,8 @@ export function staggeredRequests(opts: WorkloadOptions): DecodeRequest[] {
   for (const [name, v, min] of [["count", count, 0], ["vocab", vocab, 1], ["slots", slots, 1], ["minNew", minNew, 1], ["maxNew", maxNew, minNew]] as const) {
     if (!Number.isSafeInteger(v) || v < min) throw new LmheadError("invalid_argument", `workload: ${name} ${v} is not an integer >= ${min}`);
   }
-  let state = mix32(seed ^ 0x5eed1e55);
-  const next = (): number => {
-    state = (state + 0x9e3779b9) >>> 0;
-    return mix32(state) / 4294967296;
-  };
+  const rng = new SplitMix32(mix32(seed ^ 0x5eed1e55));
+  const next = (): number => rng.float();
   const meanGap = opts.meanGap ?? (0.9 * (minNew + maxNew)) / 2 / slots;
   const upfront = Math.max(1, opts.upfront ?? slots);
   const out: DecodeRequest[] = [];

@@ -1,5 +1,5 @@
 // The built-in default artifact: generated once into the cache, shaped like Gemma 4's head,
-// pinned by size and XXH3-64, reused, and regenerated when damaged. Generation takes seconds.
+// pinned by size and XXH3-64, reused, and regenerated when damaged.
 import { afterAll, describe, expect, test } from "bun:test";
 import { closeSync, mkdtempSync, openSync, readdirSync, readSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
@@ -37,23 +37,17 @@ describe("default artifact", () => {
 
   let path = "";
   test("first use generates it: Gemma-4-shaped tied Q6_K head, pinned size and checksum", async () => {
-    const t0 = performance.now();
     path = await defaultArtifactPath();
-    const generateMs = performance.now() - t0;
     expect(path).toBe(join(cache, DEFAULT_ARTIFACT.fileName));
     expect(statSync(path).size).toBe(DEFAULT_ARTIFACT.fileBytes);
-    const t1 = performance.now();
     expect(fileXxh3(path)).toBe(DEFAULT_ARTIFACT.xxh3);
-    const hashMs = performance.now() - t1;
-    console.log(`default artifact: generated in ${(generateMs / 1000).toFixed(2)} s, hashed in ${hashMs.toFixed(0)} ms`);
-    expect(generateMs).toBeLessThan(60_000);
 
     const h = loadHead(path);
     expect(h).toMatchObject({ arch: "gemma4", hidden: 2816, vocab: 262144, softcap: 30 });
     expect(h.eps).toBe(Math.fround(1e-6));
     expect(h.head).toMatchObject({ name: "token_embd.weight", typeId: 14, tied: true });
     expect(h.head.format.name).toBe("Q6_K");
-    expect(h.head.bytes.byteLength).toBe(605_552_640); // hf2q-head-spec.md §4
+    expect(h.head.bytes.byteLength).toBe(605_552_640); // 262144 rows of 11 Q6_K blocks of 210 bytes
     expect(readGguf(path).tensors.has("output.weight")).toBe(false);
     const norm = new Float32Array(h.norm.bytes.slice().buffer);
     expect(norm.length).toBe(2816);
@@ -65,13 +59,10 @@ describe("default artifact", () => {
 
   test("later uses reuse the file without rewriting it", async () => {
     const before = statSync(path);
-    const t0 = performance.now();
     expect(await defaultArtifactPath()).toBe(path);
     expect(await defaultArtifactPath()).toBe(path);
-    const reuseMs = performance.now() - t0;
     const after = statSync(path);
     expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
-    expect(reuseMs).toBeLessThan(2_000);
   });
 
   test("a damaged copy (one byte changed) fails verification and is regenerated", async () => {

@@ -3,8 +3,9 @@
  * accuracy against an f64 reference over the fixture-proven decoder, and admission.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { Rng, synthBlocks } from "../src/artifact/synth.ts";
-import { LmheadError, MlxDevice, MlxModelWeights, dequantize, formatInfo, knownTypeIds } from "../src/index.ts";
+import { synthBlocks } from "../src/artifact/synth.ts";
+import { Rng } from "../src/random.ts";
+import { LmheadError, MlxDevice, MlxModelWeights, dequantize, formatInfo, knownTypeIds, rowBytes } from "../src/index.ts";
 import { bits, buildHead, randomF32, referenceHead, rng } from "./support.ts";
 
 const device = MlxDevice.open("cpu");
@@ -30,6 +31,7 @@ for (const typeId of knownTypeIds) {
   const name = formatInfo(typeId)!.name;
   describe(name, () => {
     const head = typeHead(typeId, 1000 + typeId);
+    afterAll(() => head[Symbol.dispose]());
     const hidden = head.hidden;
     const pool = randomF32(100 * hidden, rng(typeId), 2);
     const row = (i: number) => pool.subarray(i * hidden, (i + 1) * hidden);
@@ -73,6 +75,20 @@ for (const typeId of knownTypeIds) {
   });
 }
 
+describe("rowBytes: the native table's block sizes", () => {
+  test("whole blocks of each type, from the table; anything else is a typed error", () => {
+    expect(rowBytes(0, 2816)).toBe(2816 * 4); // F32
+    expect(rowBytes(8, 64)).toBe(2 * 34); // Q8_0: 32 values in 34 bytes
+    expect(rowBytes(14, 2816)).toBe(11 * 210); // Q6_K: 256 values in 210 bytes
+    expect(rowBytes(14, 0)).toBe(0);
+    expect(() => rowBytes(14, 2800)).toThrow(/2800 values is not a whole number of Q6_K blocks \(256 values each\)/);
+    expect(() => rowBytes(3, 32)).toThrow(/unknown ggml type id 3/);
+    expect(() => rowBytes(0, -4)).toThrow(LmheadError);
+    expect(() => rowBytes(0, 2.5)).toThrow(LmheadError);
+    expect(() => rowBytes(0, 2 ** 52)).toThrow(/overflow/);
+  });
+});
+
 describe("admission: one predicate for every path, checked before any dispatch", () => {
   const norm = () => {
     const b = device.allocBuffer(256 * 4);
@@ -82,7 +98,8 @@ describe("admission: one predicate for every path, checked before any dispatch",
   const admit = (typeId: number, hidden: number, headBytes: number, tied: boolean) => () => {
     using head = device.allocBuffer(headBytes);
     using n = norm();
-    const finalNorm = hidden === 256 ? n : device.allocBuffer(hidden * 4);
+    using other = hidden === 256 ? null : device.allocBuffer(hidden * 4);
+    const finalNorm = other ?? n;
     new MlxModelWeights(device, { hiddenSize: hidden, vocabSize: 4, finalNorm, head, headType: typeId, tied, finalLogitSoftcapping: 30, rmsNormEps: 1e-6 });
   };
   const fails = (fn: () => void, message: RegExp) => {
@@ -102,7 +119,7 @@ describe("admission: one predicate for every path, checked before any dispatch",
   for (const typeId of knownTypeIds.filter((t) => !formatInfo(t)!.tiedHead)) {
     const f = formatInfo(typeId)!;
     test(`tied ${f.name} is rejected, untied ${f.name} is admitted`, () => {
-      const bytes = (256 / f.blockValues) * f.blockBytes * 4;
+      const bytes = rowBytes(typeId, 256) * 4;
       fails(admit(typeId, 256, bytes, true), new RegExp(`tied head of stored type ${f.name}`));
       expect(admit(typeId, 256, bytes, false)).not.toThrow();
     });

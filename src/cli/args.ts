@@ -1,7 +1,9 @@
 /**
  * Command-line flags: `--name value`, `--name=value` and boolean `--name`. Every problem is a
- * UsageError with a one-line message naming the flag and the value.
+ * UsageError with a one-line message naming the flag and the value, raised while parsing,
+ * before a command does any work.
  */
+import { backendKinds, MlxDevice, type BackendKind } from "../runtime.ts";
 
 export class UsageError extends Error {
   override readonly name = "UsageError";
@@ -93,11 +95,37 @@ export function rangeFlag(flags: Flags, name: string, fallback: [number, number]
   return [a, b];
 }
 
+/** --backend: one of the runtime's backends. */
+export function backendFlag(flags: Flags, command: string): BackendKind {
+  const v = stringFlag(flags, "backend") ?? "cpu";
+  const kind = backendKinds.find((k) => k === v);
+  if (kind === undefined) throw new UsageError(`${command}: --backend must be one of ${backendKinds.join(", ")}, got '${v}'`);
+  return kind;
+}
+
+const mib = 2 ** 20;
+
+/** --probe-mib: the read-bandwidth probe's size in bytes, 0 to skip it, else within the probe's bounds. */
+export function probeFlag(flags: Flags, command: string): number {
+  const { min, max, default: fallback } = MlxDevice.probeBytes;
+  const text = stringFlag(flags, "probe-mib");
+  if (text === undefined) return fallback;
+  const value = /^\d+$/.test(text) ? Number(text) : NaN;
+  if (!(value === 0 || (value >= min / mib && value <= max / mib))) {
+    throw new UsageError(`${command}: --probe-mib must be 0 or an integer in [${min / mib}, ${max / mib}], got '${text}'`);
+  }
+  return value * mib;
+}
+
 /** Flags every command has. */
 export const commonFlags: FlagSpec[] = [
   { name: "seed", value: "N", help: "seed of the weights or workload and the rows (default 1)" },
-  { name: "backend", value: "NAME", help: "cpu (default), metal or cuda" },
-  { name: "probe-mib", value: "MIB", help: "read-bandwidth probe buffer in MiB (default 512; 0 skips the probe)" },
+  { name: "backend", value: "NAME", help: `${backendKinds.join(", ")} (default cpu)` },
+  {
+    name: "probe-mib",
+    value: "MIB",
+    help: `read-bandwidth probe buffer in MiB (default ${MlxDevice.probeBytes.default / mib}, at least ${MlxDevice.probeBytes.min / mib},\nat most ${MlxDevice.probeBytes.max / mib}; 0 skips the probe)`,
+  },
   { name: "no-progress", help: "no progress bar (drawn on stderr only when stderr is a TTY)" },
   { name: "help", help: "this help" },
 ];
