@@ -41,24 +41,39 @@ export class NonFiniteRowsError extends LmheadError {
   }
 }
 
-/**
- * The one source of the non-finite check: an error naming the rows of `logits` ([n, vocab])
- * that hold NaN or ±Inf, or null when none does. Today a host scan; a native per-row count replaces it here.
- */
-function findNonFiniteRows(logits: Float32Array, n: number, vocab: number): NonFiniteRowsError | null {
+/** Row indices whose count of non-finite values is not zero. */
+function badRows(counts: Uint32Array, n: number): number[] {
   const bad: number[] = [];
+  for (let r = 0; r < n; r++) if (counts[r] !== 0) bad.push(r);
+  return bad;
+}
+
+/** Host scan for logits the caller built (fromLogits): non-finite values per row. */
+function countNonFinite(logits: Float32Array, n: number, vocab: number): Uint32Array {
+  const counts = new Uint32Array(n);
   for (let r = 0; r < n; r++) {
     // v * 0 is 0 for every finite v and NaN otherwise: one branch per row, not per value.
     let probe = 0;
     const end = (r + 1) * vocab;
     for (let i = r * vocab; i < end; i++) probe += logits[i]! * 0;
-    if (probe !== 0) bad.push(r);
+    if (probe !== 0) counts[r] = 1;
   }
-  if (bad.length === 0) return null;
-  const first = bad[0]! * vocab;
-  let at = first;
-  while (Number.isFinite(logits[at]!)) at++;
-  return new NonFiniteRowsError(bad, n, `row ${bad[0]}: logit ${at - first} is ${logits[at]}`);
+  return counts;
+}
+
+/** Why row r's logits are not finite, in words: its input, its norm, or its logits. */
+function describeRow(r: number, logits: Float32Array, vocab: number, hiddenRows?: Float32Array, hidden?: number): string {
+  if (hiddenRows !== undefined && hidden !== undefined) {
+    const x = hiddenRows.subarray(r * hidden, (r + 1) * hidden);
+    const at = x.findIndex((v) => !Number.isFinite(v));
+    if (at >= 0) return `row ${r}: hidden value ${at} is ${x[at]}`;
+    let squares = Math.fround(0);
+    for (const v of x) squares = Math.fround(squares + Math.fround(v * v));
+    if (!Number.isFinite(squares)) return `row ${r}: its RMS is too large to normalise in f32 (sum of squares overflows; NUMERICS.md §4)`;
+  }
+  const row = logits.subarray(r * vocab, (r + 1) * vocab);
+  const at = row.findIndex((v) => !Number.isFinite(v));
+  return `row ${r}: logit ${at} is ${row[at]}`;
 }
 
 /** BatchedHeadOut's constructor for this module (set in its static block); `current` is null for logits the caller owns. */
@@ -93,8 +108,8 @@ export class BatchedHeadOut {
     if (logits.length !== rows * vocab) {
       throw new LmheadError("invalid_argument", `logits len ${logits.length} != rows*vocab ${rows * vocab}`);
     }
-    const bad = findNonFiniteRows(logits, rows, vocab);
-    if (bad) throw bad;
+    const bad = badRows(countNonFinite(logits, rows, vocab), rows);
+    if (bad.length > 0) throw new NonFiniteRowsError(bad, rows, describeRow(bad[0]!, logits, vocab));
     return new BatchedHeadOut(logits, rows, vocab, null);
   }
 
@@ -117,6 +132,8 @@ export class BatchedHeadOut {
 export interface EncodedHead {
   logits: MlxBuffer;
   normed: MlxBuffer;
+  /** n u32: the NaN and ±Inf logits of each row; a row with any is not a valid result. */
+  nonFinite: MlxBuffer;
 }
 
 export class MlxModelWeights {
@@ -183,13 +200,20 @@ export class MlxModelWeights {
     views.hidden.write(hiddenRows);
     const session = GraphSession.begin(this.device);
     try {
-      this.#encode(session, views.hidden, n, views.normed, views.logits);
+      this.#encode(session, views.hidden, n, views.normed, views.logits, views.counts);
     } catch (e) {
       session.abort();
       throw e;
     }
     hostPhases.time("headWait", () => session.finish());
 
+    // The device counted each row's NaN and ±Inf logits; the host reads n words.
+    const bad = hostPhases.time("headCheck", () => {
+      if (scratch.hostCounts) return badRows(scratch.hostCounts, n);
+      const counts = new Uint32Array(n);
+      views.counts.readInto(counts);
+      return badRows(counts, n);
+    });
     let logits: Float32Array;
     let current: (() => boolean) | null = null;
     if (out === undefined && scratch.hostLogits !== null) {
@@ -199,8 +223,7 @@ export class MlxModelWeights {
       logits = out ?? new Float32Array(values);
       hostPhases.time("headReadback", () => views.logits.readInto(logits));
     }
-    const bad = hostPhases.time("headCheck", () => findNonFiniteRows(logits, n, this.vocabSize));
-    if (bad) throw bad;
+    if (bad.length > 0) throw new NonFiniteRowsError(bad, n, describeRow(bad[0]!, logits, this.vocabSize, hiddenRows, this.hiddenSize));
     return makeOut(logits, n, this.vocabSize, current);
   }
 
@@ -212,22 +235,26 @@ export class MlxModelWeights {
   encodeLmHeadInto(session: GraphSession, hiddenBuf: MlxBuffer, n: number): EncodedHead {
     if (!Number.isSafeInteger(n) || n <= 0) throw new LmheadError("invalid_argument", `encode_lm_head_into: n ${n} is not a positive integer`);
     const values = this.#logitValues(n);
-    const normed = this.device.allocBuffer(n * this.hiddenSize * 4);
-    const logits = this.device.allocBuffer(values * 4);
+    const encoded = {
+      normed: this.device.allocBuffer(n * this.hiddenSize * 4),
+      logits: this.device.allocBuffer(values * 4),
+      nonFinite: this.device.allocBuffer(n * 4),
+    };
     try {
-      this.#encode(session, hiddenBuf, n, normed, logits);
+      this.#encode(session, hiddenBuf, n, encoded.normed, encoded.logits, encoded.nonFinite);
     } catch (e) {
-      normed.free();
-      logits.free();
+      for (const b of Object.values(encoded)) b.free();
       throw e;
     }
-    return { logits, normed };
+    return encoded;
   }
 
-  #encode(session: GraphSession, hidden: MlxBuffer, n: number, normed: MlxBuffer, logits: MlxBuffer): void {
+  /** Norm, head, softcap, then each row's count of non-finite logits (the device checks, not the host). */
+  #encode(session: GraphSession, hidden: MlxBuffer, n: number, normed: MlxBuffer, logits: MlxBuffer, counts: MlxBuffer): void {
     session.rmsNorm(hidden, this.finalNorm, normed, n, this.hiddenSize, this.rmsNormEps);
     session.matvec(normed, this.head, this.headType, logits, n, this.hiddenSize, this.vocabSize);
     if (this.finalLogitSoftcapping !== null) session.softcap(logits, n * this.vocabSize, this.finalLogitSoftcapping);
+    session.countNonFinite(logits, counts, n, this.vocabSize);
   }
 
   /** n·vocab, refused before any allocation when it overflows or n is past the row limit (never truncated). */
@@ -246,12 +273,15 @@ export class MlxModelWeights {
     // Host-visible logits live in JS-owned memory, so a lent array can never outlive them;
     // shared memory, because an ArrayBuffer could be transferred away from under the device.
     const hostLogits = this.device.hostVisible ? new Float32Array(new SharedArrayBuffer(logitBytes)) : null;
+    const hostCounts = this.device.hostVisible ? new Uint32Array(new SharedArrayBuffer(rows * 4)) : null;
     this.#scratch = {
       rows,
       hidden: this.device.allocBuffer(rows * this.hiddenSize * 4),
       normed: this.device.allocBuffer(rows * this.hiddenSize * 4),
       logits: hostLogits ? this.device.wrapHost(new Uint8Array(hostLogits.buffer)) : this.device.allocBuffer(logitBytes),
+      counts: hostCounts ? this.device.wrapHost(new Uint8Array(hostCounts.buffer)) : this.device.allocBuffer(rows * 4),
       hostLogits,
+      hostCounts,
       views: [],
     };
     if (old) freeScratch(old);
@@ -263,7 +293,12 @@ export class MlxModelWeights {
     let views = scratch.views[n];
     if (views === undefined) {
       const rowBytes = n * this.hiddenSize * 4;
-      views = { hidden: scratch.hidden.view(0, rowBytes), normed: scratch.normed.view(0, rowBytes), logits: scratch.logits.view(0, n * this.vocabSize * 4) };
+      views = {
+        hidden: scratch.hidden.view(0, rowBytes),
+        normed: scratch.normed.view(0, rowBytes),
+        logits: scratch.logits.view(0, n * this.vocabSize * 4),
+        counts: scratch.counts.view(0, n * 4),
+      };
       scratch.views[n] = views;
     }
     return views;
@@ -280,18 +315,21 @@ interface ScratchViews {
   hidden: MlxBuffer;
   normed: MlxBuffer;
   logits: MlxBuffer;
+  /** Per row: its NaN and ±Inf logits, counted on the device. */
+  counts: MlxBuffer;
 }
 
 interface Scratch extends ScratchViews {
   /** Capacity in rows. */
   rows: number;
-  /** The memory of `logits` when the device's buffers are host-visible. */
+  /** The memory of `logits` and `counts` when the device's buffers are host-visible. */
   hostLogits: Float32Array | null;
+  hostCounts: Uint32Array | null;
   /** Views of the first n rows, by n. */
   views: (ScratchViews | undefined)[];
 }
 
 function freeScratch(scratch: Scratch): void {
-  for (const v of scratch.views) if (v) for (const b of [v.hidden, v.normed, v.logits]) b.free();
-  for (const b of [scratch.hidden, scratch.normed, scratch.logits]) b.free();
+  for (const v of scratch.views) if (v) for (const b of [v.hidden, v.normed, v.logits, v.counts]) b.free();
+  for (const b of [scratch.hidden, scratch.normed, scratch.logits, scratch.counts]) b.free();
 }

@@ -163,7 +163,7 @@ describe("the loop", () => {
     const byRows = [0, 0, 0, 0];
     for (const s of seen) byRows[s.n]!++;
     expect(byRows).toEqual(stats.callsByRows);
-    expect(after.dispatches - before.dispatches).toBe(3 * stats.calls); // norm, matmul, softcap per call
+    expect(after.dispatches - before.dispatches).toBe(4 * stats.calls); // norm, matmul, softcap, non-finite count per call
   });
 
   test("stop tokens end a request early, keeping the token", () => {

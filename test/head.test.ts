@@ -108,7 +108,7 @@ describe("logits: lent, or into the caller's array", () => {
     const pass = () => {
       for (const n of [3, 1, 2]) fresh.weights.lmHeadBatched(rows(n, n), n);
     };
-    expect(viewsMadeDuring(pass)).toBe(3 * 3); // hidden, normed and logits views for n = 3, 1 and 2
+    expect(viewsMadeDuring(pass)).toBe(4 * 3); // hidden, normed, logits and count views for n = 3, 1 and 2
     expect(viewsMadeDuring(() => [pass, pass, pass].forEach((p) => p()))).toBe(0);
   });
 });
@@ -145,7 +145,7 @@ describe("non-finite rows", () => {
     expect(error).toBeInstanceOf(NonFiniteRowsError);
     expect((error as NonFiniteRowsError).rows).toEqual([1, 3]);
     expect((error as NonFiniteRowsError).n).toBe(n);
-    expect((error as Error).message).toStartWith("Gemma batched output head: non-finite logits in rows 1, 3 of 5 (row 1: logit 0 is NaN)");
+    expect((error as Error).message).toStartWith("Gemma batched output head: non-finite logits in rows 1, 3 of 5 (row 1: hidden value 7 is NaN)");
     // The rows left, run again, are the same bits (row identity).
     const kept = [0, 2, 4];
     const again = new Float32Array(kept.length * hidden);
@@ -155,18 +155,45 @@ describe("non-finite rows", () => {
   });
 });
 
+describe("rows that cannot be normalised", () => {
+  test("a row whose sum of squares overflows f32 is a NonFiniteRowsError, never zero logits; the others keep their bits", () => {
+    const n = 3;
+    const x = rows(n, 26);
+    const good = head.weights.lmHeadBatched(x, n, new Float32Array(n * vocab));
+    // RMS 1e20: finite values whose squares overflow f32, so the norm's rsqrt would see +Inf.
+    x.fill(1e20, 1 * hidden, 2 * hidden);
+    let error: unknown;
+    try {
+      head.weights.lmHeadBatched(x, n);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(NonFiniteRowsError);
+    expect((error as NonFiniteRowsError).rows).toEqual([1]);
+    expect((error as Error).message).toContain("row 1: its RMS is too large to normalise in f32");
+    const kept = new Float32Array(2 * hidden);
+    kept.set(x.subarray(0, hidden), 0);
+    kept.set(x.subarray(2 * hidden, 3 * hidden), hidden);
+    const out = head.weights.lmHeadBatched(kept, 2);
+    expect(bits(out.row(0))).toEqual(bits(good.row(0)));
+    expect(bits(out.row(1))).toEqual(bits(good.row(2)));
+  });
+});
+
 describe("barriers", () => {
-  test("lmHeadBatched emits 2 barriers with softcap and 1 without", () => {
+  // hf2q's head emits 2 (norm→matmul, matmul→softcap); lmhead adds the device-side
+  // non-finite count after the last kernel that writes the logits, so one more.
+  test("lmHeadBatched emits 3 barriers with softcap and 2 without", () => {
     using plain = f32Head(device, hidden, vocab, 3, null);
     const before = counters();
     head.weights.lmHeadBatched(rows(3, 1), 3);
     const mid = counters();
     plain.weights.lmHeadBatched(rows(3, 1), 3);
     const after = counters();
-    expect(mid.barriers - before.barriers).toBe(2);
-    expect(mid.dispatches - before.dispatches).toBe(3);
-    expect(after.barriers - mid.barriers).toBe(1);
-    expect(after.dispatches - mid.dispatches).toBe(2);
+    expect(mid.barriers - before.barriers).toBe(3);
+    expect(mid.dispatches - before.dispatches).toBe(4);
+    expect(after.barriers - mid.barriers).toBe(2);
+    expect(after.dispatches - mid.dispatches).toBe(3);
   });
 
   test("encodeLmHeadInto after a write of the hidden buffer in the same session adds one", () => {
@@ -177,14 +204,14 @@ describe("barriers", () => {
     const before = counters();
     const session = GraphSession.begin(device);
     session.rmsNorm(source, head.weights.finalNorm, hiddenBuf, n, hidden, 1e-6); // the "body" writes hidden
-    const { logits, normed } = head.weights.encodeLmHeadInto(session, hiddenBuf, n);
+    const { logits, normed, nonFinite } = head.weights.encodeLmHeadInto(session, hiddenBuf, n);
     session.finish();
-    expect(counters().barriers - before.barriers).toBe(3);
-    // And the result is the head applied to what the session wrote.
+    expect(counters().barriers - before.barriers).toBe(4);
+    // And the result is the head applied to what the session wrote, every row finite.
     const expected = head.weights.lmHeadBatched(hiddenBuf.readF32(), n);
     expect(bits(logits.readF32())).toEqual(bits(expected.logits));
-    logits.free();
-    normed.free();
+    expect(Array.from(new Uint32Array(nonFinite.read().buffer))).toEqual([0, 0]);
+    for (const b of [logits, normed, nonFinite]) b.free();
   });
 });
 

@@ -12,7 +12,7 @@ test("the kernel registry resolves each kernel on first use", () => {
   expect(fresh.registry.kernels()).toEqual([]);
   using head = f32Head(fresh, 256, 10, 1);
   head.weights.lmHeadBatched(randomF32(256, rng(1)), 1);
-  expect(fresh.registry.kernels().sort()).toEqual(["matvec_F32_f32", "rms_norm_f32", "softcap_f32"]);
+  expect(fresh.registry.kernels().sort()).toEqual(["count_non_finite_f32", "matvec_F32_f32", "rms_norm_f32", "softcap_f32"]);
 });
 
 test("the encode trace prints every dispatch and barrier to stderr", async () => {
@@ -34,6 +34,8 @@ test("the encode trace prints every dispatch and barrier to stderr", async () =>
     "[lmhead encode] matvec_F32 rows=2 hidden=256 vocab=10",
     "[lmhead encode] barrier",
     "[lmhead encode] softcap values=20 cap=3e1",
+    "[lmhead encode] barrier",
+    "[lmhead encode] count_non_finite rows=2 row_values=10",
   ]);
 });
 
