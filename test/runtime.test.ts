@@ -153,3 +153,19 @@ describe("host bytes are lent inside a callback and never outlive the buffer", (
     expect(Array.from(new Uint8Array(moved))).toEqual(new Array(16).fill(9));
   });
 });
+
+test("the device's non-finite count is exact per row, whatever the neighbours", () => {
+  const rowValues = 100;
+  const values = new Float32Array(4 * rowValues).fill(1.5);
+  values[3] = values[4] = NaN; // row 0: two in one vector
+  for (let i = 0; i < 37; i++) values[rowValues + 2 * i] = NaN; // row 1: 37, spread
+  values[2 * rowValues + 99] = Infinity; // row 2: the scalar tail, and one in the body
+  values[2 * rowValues + 10] = -Infinity;
+  using data = device.allocBuffer(values.byteLength);
+  using counts = device.allocBuffer(4 * 4);
+  data.write(values);
+  const session = GraphSession.begin(device);
+  session.countNonFinite(data, counts, 4, rowValues);
+  session.finish();
+  expect(Array.from(new Uint32Array(counts.read().buffer))).toEqual([2, 37, 2, 0]);
+});
