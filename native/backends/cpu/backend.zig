@@ -10,6 +10,7 @@ const params = @import("../../kernels/params.zig");
 const lanes = @import("../../numerics/lanes.zig");
 const math = @import("../../numerics/math.zig");
 const formats = @import("../../numerics/formats.zig");
+const flush = @import("../../numerics/flush.zig");
 const pool_mod = @import("pool.zig");
 const Pool = pool_mod.Pool;
 const Command = contract.Command;
@@ -283,8 +284,9 @@ fn rmsNorm(input: []const f32, weight: []const f32, output: []f32, p: params.Rms
                 if (r >= job.p.rows) return;
                 const x = job.input[r * hidden ..][0..hidden];
                 lanes.toLaneMajor(x, major);
+                flush.flushSlice(major, flush.dot_operand_min);
                 const sum_squares = lanes.reduce(lanes.accumulate(@splat(0), major, major));
-                const v = sum_squares * job.p.inv_hidden + job.p.eps;
+                const v = sum_squares * job.p.inv_hidden + flush.flush(f32, job.p.eps, flush.value_min);
                 const inv = if (v == std.math.inf(f32)) std.math.nan(f32) else math.rsqrt(f32, v);
                 scaleRow(x, job.weight[0..hidden], job.output[r * hidden ..][0..hidden], inv);
             }
@@ -294,16 +296,19 @@ fn rmsNorm(input: []const f32, weight: []const f32, output: []f32, p: params.Rms
     engine.pool.run(&job);
 }
 
-/// y = (x·inv)·w, two roundings per value, in this order.
+/// y = (x·inv)·w, two roundings per value, in this order, between the flush points.
 fn scaleRow(x: []const f32, w: []const f32, y: []f32, inv: f32) void {
     const inv_wide: Wide = @splat(inv);
     var i: usize = 0;
     while (i + elementwise_width <= x.len) : (i += elementwise_width) {
-        const xv: Wide = x[i..][0..elementwise_width].*;
-        const wv: Wide = w[i..][0..elementwise_width].*;
-        y[i..][0..elementwise_width].* = (xv * inv_wide) * wv;
+        y[i..][0..elementwise_width].* = scale(Wide, x[i..][0..elementwise_width].*, w[i..][0..elementwise_width].*, inv_wide);
     }
-    while (i < x.len) : (i += 1) y[i] = (x[i] * inv) * w[i];
+    while (i < x.len) : (i += 1) y[i] = scale(f32, x[i], w[i], inv);
+}
+
+inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
+    const t = flush.flush(V, x, flush.dot_operand_min) * inv;
+    return flush.flush(V, t * flush.flush(V, w, flush.value_min), flush.dot_operand_min);
 }
 
 fn matvec(comptime t: formats.Type, input: []const f32, weight: []const u8, output: []f32, p: params.Matvec) void {
