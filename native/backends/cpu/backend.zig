@@ -318,6 +318,7 @@ fn matvec(comptime t: formats.Type, input: []const f32, weight: []const u8, outp
     std.debug.assert(output.len >= @as(usize, p.rows) * p.vocab and input.len >= @as(usize, p.rows) * p.hidden);
     const inputs = engine.input_scratch[0 .. @as(usize, p.rows) * row_values];
     for (0..p.rows) |r| lanes.toLaneMajor(input[r * p.hidden ..][0..p.hidden], inputs[r * row_values ..][0..row_values]);
+    flush.flushSlice(inputs, flush.dot_operand_min);
     var job: MatvecJob(t) = .{ .inputs = inputs, .weight = weight, .output = output, .p = p, .row_values = row_values };
     engine.pool.run(&job);
 }
