@@ -375,6 +375,17 @@ fn MatvecJob(comptime t: formats.Type) type {
             while (line < chunk_bytes) : (line += 64) @prefetch(ahead + line, .{ .locality = 2 });
         }
 
+        /// A chunk of weights in lane-major order, F32 and BF16 ones past their flush point.
+        inline fn decodeChunk(row: []const u8, chunk: usize, values: usize, out: *[lanes.chunk_values]f32) void {
+            decode.chunkLanes(t, row, chunk, values, out);
+            if (t == .f32 or t == .bf16) {
+                inline for (0..lanes.values_per_lane) |i| {
+                    const w: Lanes = out[i * lanes.lane_count ..][0..lanes.lane_count].*;
+                    out[i * lanes.lane_count ..][0..lanes.lane_count].* = flush.flush(Lanes, w, flush.dot_operand_min);
+                }
+            }
+        }
+
         /// Vocab row j against all `group` batch rows, each chunk used as it is decoded.
         fn fusedRow(job: *const Job, comptime group: usize, j: usize) void {
             const row = job.weightRow(j);
@@ -382,7 +393,7 @@ fn MatvecJob(comptime t: formats.Type) type {
             for (0..job.p.chunks) |c| {
                 prefetchAhead(row, c);
                 var w: [lanes.chunk_values]f32 align(64) = undefined;
-                decode.chunkLanes(t, row, c, job.p.hidden, &w);
+                decodeChunk(row, c, job.p.hidden, &w);
                 inline for (0..lanes.values_per_lane) |i| {
                     const wv: Lanes = w[i * lanes.lane_count ..][0..lanes.lane_count].*;
                     inline for (0..group) |g| {
@@ -400,7 +411,7 @@ fn MatvecJob(comptime t: formats.Type) type {
                 const row = job.weightRow(first + r);
                 for (0..job.p.chunks) |c| {
                     prefetchAhead(row, c);
-                    decode.chunkLanes(t, row, c, job.p.hidden, decoded[r * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
+                    decodeChunk(row, c, job.p.hidden, decoded[r * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
                 }
             }
             const rows = job.p.rows;
