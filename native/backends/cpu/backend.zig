@@ -475,19 +475,25 @@ fn softcap(data: []f32, p: params.Softcap) void {
 
         pub fn work(job: *@This(), worker: u32) void {
             _ = worker;
-            const cap_wide: Wide = @splat(job.p.cap);
-            const inv_wide: Wide = @splat(job.p.inv_cap);
+            // cap and 1/cap are flushed too: a cap past 2^126 has a subnormal reciprocal.
+            const cap = flush.flush(f32, job.p.cap, flush.value_min);
+            const inv_cap = flush.flush(f32, job.p.inv_cap, flush.value_min);
             while (true) {
                 const first = job.next.fetchAdd(block_values, .monotonic);
                 if (first >= job.data.len) return;
                 const block = job.data[first..@min(first + block_values, job.data.len)];
                 var i: usize = 0;
                 while (i + elementwise_width <= block.len) : (i += elementwise_width) {
-                    const x: Wide = block[i..][0..elementwise_width].*;
-                    block[i..][0..elementwise_width].* = math.tanh(Wide, x * inv_wide) * cap_wide;
+                    block[i..][0..elementwise_width].* = capOne(Wide, block[i..][0..elementwise_width].*, @splat(cap), @splat(inv_cap));
                 }
-                while (i < block.len) : (i += 1) block[i] = math.tanh(f32, block[i] * job.p.inv_cap) * job.p.cap;
+                while (i < block.len) : (i += 1) block[i] = capOne(f32, block[i], cap, inv_cap);
             }
+        }
+
+        /// tanh(x·inv_cap)·cap, with the input, the argument and the result flushed.
+        inline fn capOne(comptime V: type, x: V, cap: V, inv_cap: V) V {
+            const u = flush.flush(V, flush.flush(V, x, flush.value_min) * inv_cap, flush.value_min);
+            return flush.flush(V, math.tanh(V, u) * cap, flush.value_min);
         }
     };
     var job: Job = .{ .data = data, .p = p };
