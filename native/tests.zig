@@ -4,4 +4,5 @@ test {
     _ = @import("numerics/formats.zig");
     _ = @import("numerics/math.zig");
     _ = @import("numerics/flush.zig");
+    _ = @import("backends/cpu/float_env.zig");
 }
