@@ -521,7 +521,8 @@ fn countNonFinite(data: []const f32, counts: []u32, p: params.CountNonFinite) vo
                 var i: usize = 0;
                 while (i + elementwise_width <= row.len) : (i += elementwise_width) {
                     const bits: U = @bitCast(@as(Wide, row[i..][0..elementwise_width].*));
-                    count += @reduce(.Add, @intFromBool((bits & exponent) == exponent));
+                    // Widened before the sum: @intFromBool gives u1 lanes, whose sum wraps.
+                    count += @reduce(.Add, @as(U, @intFromBool((bits & exponent) == exponent)));
                 }
                 while (i < row.len) : (i += 1) count += @intFromBool(!std.math.isFinite(row[i]));
                 job.counts[r] = count;
