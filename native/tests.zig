@@ -3,4 +3,6 @@ test {
     _ = @import("root.zig");
     _ = @import("numerics/formats.zig");
     _ = @import("numerics/math.zig");
+    _ = @import("numerics/flush.zig");
+    _ = @import("backends/cpu/float_env.zig");
 }

@@ -10,6 +10,7 @@ const params = @import("../../kernels/params.zig");
 const lanes = @import("../../numerics/lanes.zig");
 const math = @import("../../numerics/math.zig");
 const formats = @import("../../numerics/formats.zig");
+const flush = @import("../../numerics/flush.zig");
 const pool_mod = @import("pool.zig");
 const Pool = pool_mod.Pool;
 const Command = contract.Command;
@@ -283,8 +284,9 @@ fn rmsNorm(input: []const f32, weight: []const f32, output: []f32, p: params.Rms
                 if (r >= job.p.rows) return;
                 const x = job.input[r * hidden ..][0..hidden];
                 lanes.toLaneMajor(x, major);
+                flush.flushSlice(major, flush.dot_operand_min);
                 const sum_squares = lanes.reduce(lanes.accumulate(@splat(0), major, major));
-                const v = sum_squares * job.p.inv_hidden + job.p.eps;
+                const v = sum_squares * job.p.inv_hidden + flush.flush(f32, job.p.eps, flush.value_min);
                 const inv = if (v == std.math.inf(f32)) std.math.nan(f32) else math.rsqrt(f32, v);
                 scaleRow(x, job.weight[0..hidden], job.output[r * hidden ..][0..hidden], inv);
             }
@@ -294,16 +296,19 @@ fn rmsNorm(input: []const f32, weight: []const f32, output: []f32, p: params.Rms
     engine.pool.run(&job);
 }
 
-/// y = (x·inv)·w, two roundings per value, in this order.
+/// y = (x·inv)·w, two roundings per value, in this order, between the flush points.
 fn scaleRow(x: []const f32, w: []const f32, y: []f32, inv: f32) void {
     const inv_wide: Wide = @splat(inv);
     var i: usize = 0;
     while (i + elementwise_width <= x.len) : (i += elementwise_width) {
-        const xv: Wide = x[i..][0..elementwise_width].*;
-        const wv: Wide = w[i..][0..elementwise_width].*;
-        y[i..][0..elementwise_width].* = (xv * inv_wide) * wv;
+        y[i..][0..elementwise_width].* = scale(Wide, x[i..][0..elementwise_width].*, w[i..][0..elementwise_width].*, inv_wide);
     }
-    while (i < x.len) : (i += 1) y[i] = (x[i] * inv) * w[i];
+    while (i < x.len) : (i += 1) y[i] = scale(f32, x[i], w[i], inv);
+}
+
+inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
+    const t = flush.flush(V, x, flush.dot_operand_min) * inv;
+    return flush.flush(V, t * flush.flush(V, w, flush.value_min), flush.dot_operand_min);
 }
 
 fn matvec(comptime t: formats.Type, input: []const f32, weight: []const u8, output: []f32, p: params.Matvec) void {
@@ -313,6 +318,7 @@ fn matvec(comptime t: formats.Type, input: []const f32, weight: []const u8, outp
     std.debug.assert(output.len >= @as(usize, p.rows) * p.vocab and input.len >= @as(usize, p.rows) * p.hidden);
     const inputs = engine.input_scratch[0 .. @as(usize, p.rows) * row_values];
     for (0..p.rows) |r| lanes.toLaneMajor(input[r * p.hidden ..][0..p.hidden], inputs[r * row_values ..][0..row_values]);
+    flush.flushSlice(inputs, flush.dot_operand_min);
     var job: MatvecJob(t) = .{ .inputs = inputs, .weight = weight, .output = output, .p = p, .row_values = row_values };
     engine.pool.run(&job);
 }
@@ -369,6 +375,17 @@ fn MatvecJob(comptime t: formats.Type) type {
             while (line < chunk_bytes) : (line += 64) @prefetch(ahead + line, .{ .locality = 2 });
         }
 
+        /// A chunk of weights in lane-major order, F32 and BF16 ones past their flush point.
+        inline fn decodeChunk(row: []const u8, chunk: usize, values: usize, out: *[lanes.chunk_values]f32) void {
+            decode.chunkLanes(t, row, chunk, values, out);
+            if (t == .f32 or t == .bf16) {
+                inline for (0..lanes.values_per_lane) |i| {
+                    const w: Lanes = out[i * lanes.lane_count ..][0..lanes.lane_count].*;
+                    out[i * lanes.lane_count ..][0..lanes.lane_count].* = flush.flush(Lanes, w, flush.dot_operand_min);
+                }
+            }
+        }
+
         /// Vocab row j against all `group` batch rows, each chunk used as it is decoded.
         fn fusedRow(job: *const Job, comptime group: usize, j: usize) void {
             const row = job.weightRow(j);
@@ -376,7 +393,7 @@ fn MatvecJob(comptime t: formats.Type) type {
             for (0..job.p.chunks) |c| {
                 prefetchAhead(row, c);
                 var w: [lanes.chunk_values]f32 align(64) = undefined;
-                decode.chunkLanes(t, row, c, job.p.hidden, &w);
+                decodeChunk(row, c, job.p.hidden, &w);
                 inline for (0..lanes.values_per_lane) |i| {
                     const wv: Lanes = w[i * lanes.lane_count ..][0..lanes.lane_count].*;
                     inline for (0..group) |g| {
@@ -394,7 +411,7 @@ fn MatvecJob(comptime t: formats.Type) type {
                 const row = job.weightRow(first + r);
                 for (0..job.p.chunks) |c| {
                     prefetchAhead(row, c);
-                    decode.chunkLanes(t, row, c, job.p.hidden, decoded[r * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
+                    decodeChunk(row, c, job.p.hidden, decoded[r * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
                 }
             }
             const rows = job.p.rows;
@@ -458,19 +475,25 @@ fn softcap(data: []f32, p: params.Softcap) void {
 
         pub fn work(job: *@This(), worker: u32) void {
             _ = worker;
-            const cap_wide: Wide = @splat(job.p.cap);
-            const inv_wide: Wide = @splat(job.p.inv_cap);
+            // cap and 1/cap are flushed too: a cap past 2^126 has a subnormal reciprocal.
+            const cap = flush.flush(f32, job.p.cap, flush.value_min);
+            const inv_cap = flush.flush(f32, job.p.inv_cap, flush.value_min);
             while (true) {
                 const first = job.next.fetchAdd(block_values, .monotonic);
                 if (first >= job.data.len) return;
                 const block = job.data[first..@min(first + block_values, job.data.len)];
                 var i: usize = 0;
                 while (i + elementwise_width <= block.len) : (i += elementwise_width) {
-                    const x: Wide = block[i..][0..elementwise_width].*;
-                    block[i..][0..elementwise_width].* = math.tanh(Wide, x * inv_wide) * cap_wide;
+                    block[i..][0..elementwise_width].* = capOne(Wide, block[i..][0..elementwise_width].*, @splat(cap), @splat(inv_cap));
                 }
-                while (i < block.len) : (i += 1) block[i] = math.tanh(f32, block[i] * job.p.inv_cap) * job.p.cap;
+                while (i < block.len) : (i += 1) block[i] = capOne(f32, block[i], cap, inv_cap);
             }
+        }
+
+        /// tanh(x·inv_cap)·cap, with the input, the argument and the result flushed.
+        inline fn capOne(comptime V: type, x: V, cap: V, inv_cap: V) V {
+            const u = flush.flush(V, flush.flush(V, x, flush.value_min) * inv_cap, flush.value_min);
+            return flush.flush(V, math.tanh(V, u) * cap, flush.value_min);
         }
     };
     var job: Job = .{ .data = data, .p = p };

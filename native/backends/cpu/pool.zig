@@ -3,6 +3,7 @@
 //! with an atomic counter, so the split never changes any value's arithmetic.
 const std = @import("std");
 const c = std.c;
+const float_env = @import("float_env.zig");
 
 pub const max_workers = 64;
 
@@ -61,12 +62,19 @@ pub const Pool = struct {
         _ = c.pthread_cond_broadcast(&pool.wake);
         _ = c.pthread_mutex_unlock(&pool.lock);
 
-        job.run(job.context, 0);
+        runJob(job, 0);
 
         _ = c.pthread_mutex_lock(&pool.lock);
         while (pool.pending > 0) _ = c.pthread_cond_wait(&pool.done, &pool.lock);
         pool.job = null;
         _ = c.pthread_mutex_unlock(&pool.lock);
+    }
+
+    /// Every job runs in the environment float_env's test hook asks for.
+    fn runJob(job: Job, worker: u32) void {
+        const previous = float_env.enter();
+        defer float_env.leave(previous);
+        job.run(job.context, worker);
     }
 
     fn workerMain(pool: *Pool, worker: u32) void {
@@ -82,7 +90,7 @@ pub const Pool = struct {
             const job = pool.job.?;
             _ = c.pthread_mutex_unlock(&pool.lock);
 
-            job.run(job.context, worker);
+            runJob(job, worker);
 
             _ = c.pthread_mutex_lock(&pool.lock);
             pool.pending -= 1;
