@@ -2,6 +2,11 @@
 //! `zig build` installs zig-out/lib/liblmhead.{so,dylib}; `zig build test` runs the Zig tests.
 //! `zig build -Dtarget=aarch64-macos` cross-compiles: nothing Apple-specific is linked,
 //! the Metal backend loads its frameworks with dlopen at run time.
+//!
+//! The CPU kernels (native/backends/cpu/kernels.zig) are compiled once per CPU level and
+//! linked into the one library; the CPU backend runs the best level the machine supports.
+//! So a library built for a baseline x86-64 target (`-Dtarget=x86_64-linux-gnu`, as a
+//! prebuilt package is) still runs AVX-512 kernels where the CPU has them.
 const std = @import("std");
 
 pub fn build(b: *std.Build) void {
@@ -16,6 +21,7 @@ pub fn build(b: *std.Build) void {
         .optimize = optimize,
         .link_libc = true,
     });
+    addCpuLevels(b, root, target, optimize);
     const lib = b.addLibrary(.{ .name = "lmhead", .linkage = .dynamic, .root_module = root });
     b.installArtifact(lib);
 
@@ -26,9 +32,70 @@ pub fn build(b: *std.Build) void {
         .optimize = .safe,
         .link_libc = true,
     });
+    // One level, the target's own, keeps the test build small; the bun tests compare the
+    // levels of the library itself (LMHEAD_CPU_LEVEL).
+    addCpuLevel(b, test_module, "target", target, .safe);
+    addLevelNames(b, test_module, &.{"target"});
     // Fixture of native/numerics/formats.zig (gguf-py dequantization, see scripts/make_format_fixtures.py).
     test_module.addAnonymousImport("formats_fixture", .{ .root_source_file = b.path("test/fixtures/formats.bin") });
     const tests = b.addTest(.{ .root_module = test_module });
     const run_tests = b.addRunArtifact(tests);
     b.step("test", "Run the Zig unit tests").dependOn(&run_tests.step);
+}
+
+/// A CPU level of the kernels: a model, plus and minus some features.
+const Level = struct {
+    name: []const u8,
+    model: *const std.Target.Cpu.Model,
+    add: []const std.Target.x86.Feature = &.{},
+    sub: []const std.Target.x86.Feature = &.{},
+};
+
+/// x86-64 levels, best first: AVX-512 (with VBMI's byte permutes, which the decoders use,
+/// and full-width vectors: LLVM's prefer-256-bit tuning would halve them), AVX2 with FMA,
+/// and the baseline every x86-64 CPU runs.
+const x86_levels = [_]Level{
+    .{ .name = "x86_64_v4", .model = &std.Target.x86.cpu.x86_64_v4, .add = &.{.avx512vbmi}, .sub = &.{.prefer_256_bit} },
+    .{ .name = "x86_64_v3", .model = &std.Target.x86.cpu.x86_64_v3 },
+    .{ .name = "x86_64", .model = &std.Target.x86.cpu.x86_64 },
+};
+
+/// Compiles the CPU kernels once per level into `module` and tells it the levels' names
+/// (best first) through the `cpu_levels` options module. Other architectures have one
+/// level, the target's own CPU.
+fn addCpuLevels(b: *std.Build, module: *std.Build.Module, target: std.Build.ResolvedTarget, optimize: std.builtin.OptimizeMode) void {
+    var names: std.ArrayList([]const u8) = .empty;
+    if (target.result.cpu.arch == .x86_64) {
+        for (x86_levels) |level| {
+            var query = target.query;
+            query.cpu_model = .{ .explicit = level.model };
+            query.cpu_features_add = std.Target.x86.featureSet(level.add);
+            query.cpu_features_sub = std.Target.x86.featureSet(level.sub);
+            addCpuLevel(b, module, level.name, b.resolveTargetQuery(query), optimize);
+            names.append(b.allocator, level.name) catch @panic("OOM");
+        }
+    } else {
+        addCpuLevel(b, module, "target", target, optimize);
+        names.append(b.allocator, "target") catch @panic("OOM");
+    }
+    addLevelNames(b, module, names.items);
+}
+
+fn addLevelNames(b: *std.Build, module: *std.Build.Module, names: []const []const u8) void {
+    const options = b.addOptions();
+    options.addOption([]const []const u8, "names", names);
+    module.addOptions("cpu_levels", options);
+}
+
+fn addCpuLevel(b: *std.Build, module: *std.Build.Module, name: []const u8, target: std.Build.ResolvedTarget, optimize: std.builtin.OptimizeMode) void {
+    const options = b.addOptions();
+    options.addOption([]const u8, "name", name);
+    const level = b.createModule(.{
+        .root_source_file = b.path("native/cpu_level.zig"),
+        .target = target,
+        .optimize = optimize,
+        .pic = true,
+    });
+    level.addOptions("cpu_level", options);
+    module.addObject(b.addObject(.{ .name = b.fmt("lmhead_cpu_{s}", .{name}), .root_module = level }));
 }

@@ -9,7 +9,7 @@ pub const max_workers = 64;
 
 const Job = struct {
     context: *anyopaque,
-    run: *const fn (context: *anyopaque, worker: u32) void,
+    run: *const fn (context: *anyopaque, worker: u32) callconv(.c) void,
 };
 
 pub const Pool = struct {
@@ -47,11 +47,17 @@ pub const Pool = struct {
     pub fn run(pool: *Pool, job: anytype) void {
         const J = @typeInfo(@TypeOf(job)).pointer.child;
         const erased = struct {
-            fn work(context: *anyopaque, worker: u32) void {
+            fn work(context: *anyopaque, worker: u32) callconv(.c) void {
                 J.work(@ptrCast(@alignCast(context)), worker);
             }
         };
         pool.runErased(.{ .context = job, .run = erased.work });
+    }
+
+    /// Runs `work(job, worker)` on every worker: an entry point of another compilation
+    /// unit (a CPU level's kernels), with the job in C layout.
+    pub fn runWork(pool: *Pool, job: *anyopaque, work: *const fn (*anyopaque, u32) callconv(.c) void) void {
+        pool.runErased(.{ .context = job, .run = work });
     }
 
     fn runErased(pool: *Pool, job: Job) void {

@@ -1,0 +1,371 @@
+//! The CPU's kernels: what every worker runs for one dispatch. This file is compiled once
+//! per CPU level (see build.zig: e.g. AVX-512, AVX2, baseline x86-64), each copy with its
+//! own vector width, and the backend picks the best level the running CPU supports when
+//! its pool starts. Every level computes the same bits: the arithmetic is fixed by
+//! docs/NUMERICS.md, and vector width only decides how many lanes move at once.
+//!
+//! Host and kernels are separate compilation units, so everything between them has C
+//! layout: the jobs below and the `Table` each level exports.
+const std = @import("std");
+const builtin = @import("builtin");
+const params = @import("../../kernels/params.zig");
+const lanes = @import("../../numerics/lanes.zig");
+const math = @import("../../numerics/math.zig");
+const formats = @import("../../numerics/formats.zig");
+const flush = @import("../../numerics/flush.zig");
+const decode = @import("decode.zig");
+const Lanes = lanes.Lanes;
+
+/// A worker's entry point for one dispatch: `job` is the kernel's job struct below.
+pub const Work = *const fn (job: *anyopaque, worker: u32) callconv(.c) void;
+
+/// What a CPU level exports: its entry points and what it needs of the CPU.
+pub const Table = extern struct {
+    /// The level's name, as build.zig gives it (e.g. "x86_64_v4").
+    name: [*:0]const u8,
+    /// Width of the elementwise vectors of this level.
+    vector_bits: u32,
+    /// The CPU features this level was compiled for (std.Target.Cpu.Feature.Set's words).
+    features: [std.Target.Cpu.Feature.Set.usize_count]usize,
+    rms_norm: Work,
+    softcap: Work,
+    count_non_finite: Work,
+    /// By position in formats.all.
+    matvec: [formats.all.len]Work,
+};
+
+/// Per-worker scratch: worker w owns values [0, values) of workers[w].
+pub const Scratch = extern struct {
+    workers: [*]const [*]align(128) f32,
+    values: usize,
+
+    fn of(scratch: Scratch, worker: u32, values: usize) []align(128) f32 {
+        std.debug.assert(values <= scratch.values);
+        return scratch.workers[worker][0..values];
+    }
+};
+
+pub const RmsNormJob = extern struct {
+    input: [*]const f32,
+    weight: [*]const f32,
+    output: [*]f32,
+    scratch: Scratch,
+    p: params.RmsNorm,
+    /// Next row to claim (atomic).
+    next: u32 = 0,
+};
+
+pub const MatvecJob = extern struct {
+    /// rows × row_values lane-major activations, past their flush point (the host prepares them).
+    inputs: [*]const f32,
+    weight: [*]const u8,
+    output: [*]f32,
+    scratch: Scratch,
+    p: params.Matvec,
+    /// Next vocab row to claim (atomic).
+    next: u32 = 0,
+};
+
+pub const SoftcapJob = extern struct {
+    data: [*]f32,
+    p: params.Softcap,
+    /// Next value to claim (atomic).
+    next: u64 = 0,
+};
+
+pub const CountJob = extern struct {
+    data: [*]const f32,
+    counts: [*]u32,
+    p: params.CountNonFinite,
+    /// Next row to claim (atomic).
+    next: u32 = 0,
+};
+
+/// Scratch values a matvec needs per worker: a tile of decoded rows, then its accumulators.
+pub fn matvecScratchValues(rows: usize, row_values: usize) usize {
+    return tile_rows_max * (row_values + rows * lanes.lane_count);
+}
+
+/// Width of elementwise vectors; elementwise results do not depend on it.
+const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
+const Wide = @Vector(elementwise_width, f32);
+/// Batch rows swept together: 2 tile rows × a group of accumulators (2 registers each
+/// with 512-bit vectors) and their operands fit the register file.
+const rows_per_group = if (elementwise_width >= 16) 4 else 2;
+/// Batches this small use each chunk straight from the decoder's registers. Dense
+/// types hold more registers while decoding (their transposes), so they stop one row
+/// earlier: measured, a 4-row F16 batch spilled and ran at 1/2 speed.
+fn fusedRowsMax(comptime t: formats.Type) usize {
+    return if (formats.of(t).block_values == 1) rows_per_group - 1 else rows_per_group;
+}
+/// Larger batches decode a tile of vocab rows and sweep the hidden values in blocks whose
+/// inputs (a group × 4 KiB) and weights (4 rows × 4 KiB) stay in L1 (measured against 2-
+/// and 8-row tiles and 2 KiB blocks: best at N = 8 and N = 32, by 5–10%).
+const tile_rows_max = 4;
+const tile_block_values = 4 * lanes.chunk_values;
+/// Vocab rows a worker claims at a time: long enough to be a sequential stream.
+const vocab_rows_per_task = 64;
+/// How far ahead of the decoder each chunk's bytes are requested. The hardware
+/// prefetchers alone left a 2-core Zen at half the read bandwidth; a steady software
+/// stream a few pages ahead (measured: 4–16 KiB all work) reaches it.
+const prefetch_bytes = 8192;
+
+/// The table of the level named `name` (cpu_level.zig exports it under that name).
+pub fn table(comptime name: [:0]const u8) Table {
+    return .{
+    .name = name,
+    .vector_bits = elementwise_width * 32,
+    .features = builtin.cpu.features.ints,
+    .rms_norm = erase(RmsNormJob, rmsNorm),
+    .softcap = erase(SoftcapJob, softcap),
+    .count_non_finite = erase(CountJob, countNonFinite),
+    .matvec = blk: {
+        var works: [formats.all.len]Work = undefined;
+        for (formats.all, &works) |f, *w| w.* = erase(MatvecJob, MatvecKernel(f.type).work);
+        break :blk works;
+    },
+    };
+}
+
+fn erase(comptime J: type, comptime work: fn (*J, u32) void) Work {
+    return struct {
+        fn run(job: *anyopaque, worker: u32) callconv(.c) void {
+            work(@ptrCast(@alignCast(job)), worker);
+        }
+    }.run;
+}
+
+fn claim(comptime T: type, next: *T, count: T) T {
+    return @atomicRmw(T, next, .Add, count, .monotonic);
+}
+
+/// NUMERICS.md §4: ss by the canonical dot product, then mean, + eps, rsqrt, two roundings
+/// per value. A row whose mean + eps overflows to +Inf cannot be normalised: its values
+/// become NaN (never zeros), so the head reports the row.
+fn rmsNorm(job: *RmsNormJob, worker: u32) void {
+    const hidden: usize = job.p.hidden;
+    const major = job.scratch.of(worker, lanes.chunkCount(hidden) * lanes.chunk_values);
+    const weight = job.weight[0..hidden];
+    while (true) {
+        const r: usize = claim(u32, &job.next, 1);
+        if (r >= job.p.rows) return;
+        const x = job.input[r * hidden ..][0..hidden];
+        lanes.toLaneMajor(x, major);
+        flush.flushSlice(major, flush.dot_operand_min);
+        const sum_squares = lanes.reduce(lanes.accumulate(@splat(0), major, major));
+        const v = sum_squares * job.p.inv_hidden + flush.flush(f32, job.p.eps, flush.value_min);
+        const inv = if (v == std.math.inf(f32)) std.math.nan(f32) else math.rsqrt(f32, v);
+        scaleRow(x, weight, job.output[r * hidden ..][0..hidden], inv);
+    }
+}
+
+/// y = (x·inv)·w, two roundings per value, in this order, between the flush points.
+fn scaleRow(x: []const f32, w: []const f32, y: []f32, inv: f32) void {
+    const inv_wide: Wide = @splat(inv);
+    var i: usize = 0;
+    while (i + elementwise_width <= x.len) : (i += elementwise_width) {
+        y[i..][0..elementwise_width].* = scale(Wide, x[i..][0..elementwise_width].*, w[i..][0..elementwise_width].*, inv_wide);
+    }
+    while (i < x.len) : (i += 1) y[i] = scale(f32, x[i], w[i], inv);
+}
+
+inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
+    const t = flush.flush(V, x, flush.dot_operand_min) * inv;
+    return flush.flush(V, t * flush.flush(V, w, flush.value_min), flush.dot_operand_min);
+}
+
+/// Each worker reads its vocab rows as one sequential stream (the access pattern memory
+/// prefetchers follow best) and decodes every chunk once, so the weights are read once
+/// per call whatever the batch size. A small batch takes each chunk from the decoder
+/// straight into its accumulators; a larger one decodes a tile of 4 vocab rows and sweeps
+/// it in L1-sized blocks of the hidden values, by pairs of tile rows × groups of batch
+/// rows whose accumulators sit in registers. Each accumulator sees its values in the
+/// canonical order: the tiling only decides when, never in which order, a lane adds.
+fn MatvecKernel(comptime t: formats.Type) type {
+    return struct {
+        const Kernel = @This();
+        inputs: []const f32,
+        weight: []const u8,
+        output: []f32,
+        p: params.Matvec,
+        row_values: usize,
+
+        fn work(job: *MatvecJob, worker: u32) void {
+            const p = job.p;
+            const row_values = @as(usize, p.chunks) * lanes.chunk_values;
+            std.debug.assert(p.chunks == lanes.chunkCount(p.hidden) and p.row_bytes == formats.rowBytes(t, p.hidden).?);
+            const kernel: Kernel = .{
+                .inputs = job.inputs[0 .. @as(usize, p.rows) * row_values],
+                .weight = job.weight[0 .. @as(usize, p.row_bytes) * p.vocab],
+                .output = job.output[0 .. @as(usize, p.rows) * p.vocab],
+                .p = p,
+                .row_values = row_values,
+            };
+            const scratch = job.scratch.of(worker, matvecScratchValues(p.rows, row_values));
+            const decoded = scratch[0 .. tile_rows_max * row_values];
+            const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. tile_rows_max * p.rows];
+            while (true) {
+                const task_first = claim(u32, &job.next, vocab_rows_per_task);
+                if (task_first >= p.vocab) return;
+                const task_end = @min(task_first + vocab_rows_per_task, p.vocab);
+                switch (p.rows) {
+                    inline 1...fusedRowsMax(t) => |group| for (task_first..task_end) |j| kernel.fusedRow(group, j),
+                    else => {
+                        var first: usize = task_first;
+                        while (first < task_end) : (first += tile_rows_max) {
+                            kernel.tile(decoded, accs, first, @min(tile_rows_max, task_end - first));
+                        }
+                    },
+                }
+            }
+        }
+
+        fn weightRow(job: *const Kernel, j: usize) []const u8 {
+            std.debug.assert(j < job.p.vocab);
+            return job.weight[j * job.p.row_bytes ..][0..job.p.row_bytes];
+        }
+
+        /// Requests a chunk's bytes `prefetch_bytes` ahead of the decoder. A hint: it never
+        /// faults, even past the end of the weights.
+        inline fn prefetchAhead(row: []const u8, chunk: usize) void {
+            const chunk_bytes = comptime decode.chunkBytes(t);
+            const ahead = row.ptr + chunk * chunk_bytes + prefetch_bytes;
+            var line: usize = 0;
+            while (line < chunk_bytes) : (line += 64) @prefetch(ahead + line, .{ .locality = 2 });
+        }
+
+        /// A chunk of weights in lane-major order, F32 and BF16 ones past their flush point.
+        inline fn decodeChunk(row: []const u8, chunk: usize, values: usize, out: *[lanes.chunk_values]f32) void {
+            decode.chunkLanes(t, row, chunk, values, out);
+            if (t == .f32 or t == .bf16) {
+                inline for (0..lanes.values_per_lane) |i| {
+                    const w: Lanes = out[i * lanes.lane_count ..][0..lanes.lane_count].*;
+                    out[i * lanes.lane_count ..][0..lanes.lane_count].* = flush.flush(Lanes, w, flush.dot_operand_min);
+                }
+            }
+        }
+
+        /// Vocab row j against all `group` batch rows, each chunk used as it is decoded.
+        fn fusedRow(job: *const Kernel, comptime group: usize, j: usize) void {
+            const row = job.weightRow(j);
+            var acc: [group]Lanes = @splat(@splat(0));
+            for (0..job.p.chunks) |c| {
+                prefetchAhead(row, c);
+                var w: [lanes.chunk_values]f32 align(64) = undefined;
+                decodeChunk(row, c, job.p.hidden, &w);
+                inline for (0..lanes.values_per_lane) |i| {
+                    const wv: Lanes = w[i * lanes.lane_count ..][0..lanes.lane_count].*;
+                    inline for (0..group) |g| {
+                        const y: Lanes = job.inputs[g * job.row_values + c * lanes.chunk_values + i * lanes.lane_count ..][0..lanes.lane_count].*;
+                        acc[g] = @mulAdd(Lanes, wv, y, acc[g]);
+                    }
+                }
+            }
+            inline for (0..group) |g| job.output[g * job.p.vocab + j] = lanes.reduce(acc[g]);
+        }
+
+        fn tile(job: *const Kernel, decoded: []f32, accs: []Lanes, first: usize, tile_rows: usize) void {
+            std.debug.assert(tile_rows >= 1 and tile_rows <= tile_rows_max);
+            for (0..tile_rows) |r| {
+                const row = job.weightRow(first + r);
+                for (0..job.p.chunks) |c| {
+                    prefetchAhead(row, c);
+                    decodeChunk(row, c, job.p.hidden, decoded[r * job.row_values + c * lanes.chunk_values ..][0..lanes.chunk_values]);
+                }
+            }
+            const rows = job.p.rows;
+            @memset(accs[0 .. tile_rows * rows], @splat(0));
+            var begin: usize = 0;
+            while (begin < job.row_values) : (begin += tile_block_values) {
+                const end = @min(begin + tile_block_values, job.row_values);
+                var r: usize = 0;
+                while (r < rows) {
+                    // Full groups, then one group of the rows left, so that every weight load serves them all.
+                    const group = @min(rows_per_group, rows - r);
+                    switch (group) {
+                        inline 1...rows_per_group => |g| job.pairs(g, decoded, accs, tile_rows, r, begin, end),
+                        else => unreachable,
+                    }
+                    r += group;
+                }
+            }
+            for (0..tile_rows) |tr| {
+                for (0..rows) |r| job.output[r * job.p.vocab + first + tr] = lanes.reduce(accs[tr * rows + r]);
+            }
+        }
+
+        inline fn pairs(job: *const Kernel, comptime group: usize, decoded: []const f32, accs: []Lanes, tile_rows: usize, first_row: usize, begin: usize, end: usize) void {
+            var tr: usize = 0;
+            while (tr + 2 <= tile_rows) : (tr += 2) job.sweep(2, group, decoded, accs, tr, first_row, begin, end);
+            if (tr < tile_rows) job.sweep(1, group, decoded, accs, tr, first_row, begin, end);
+        }
+
+        /// Tile rows [first_t, +pair) against batch rows [first_row, +group), values [begin, end).
+        inline fn sweep(job: *const Kernel, comptime pair: usize, comptime group: usize, decoded: []const f32, accs: []Lanes, first_t: usize, first_row: usize, begin: usize, end: usize) void {
+            const rows = job.p.rows;
+            var acc: [pair][group]Lanes = undefined;
+            inline for (0..pair) |tr| inline for (0..group) |g| {
+                acc[tr][g] = accs[(first_t + tr) * rows + first_row + g];
+            };
+            var at = begin;
+            while (at < end) : (at += lanes.lane_count) {
+                inline for (0..group) |g| {
+                    const y: Lanes = job.inputs[(first_row + g) * job.row_values + at ..][0..lanes.lane_count].*;
+                    inline for (0..pair) |tr| {
+                        const w: Lanes = decoded[(first_t + tr) * job.row_values + at ..][0..lanes.lane_count].*;
+                        acc[tr][g] = @mulAdd(Lanes, w, y, acc[tr][g]);
+                    }
+                }
+            }
+            inline for (0..pair) |tr| inline for (0..group) |g| {
+                accs[(first_t + tr) * rows + first_row + g] = acc[tr][g];
+            };
+        }
+    };
+}
+
+/// out = tanh(x·(1/cap))·cap in place, elementwise.
+fn softcap(job: *SoftcapJob, worker: u32) void {
+    _ = worker;
+    const block_values = 1 << 16;
+    // cap and 1/cap are flushed too: a cap past 2^126 has a subnormal reciprocal.
+    const cap = flush.flush(f32, job.p.cap, flush.value_min);
+    const inv_cap = flush.flush(f32, job.p.inv_cap, flush.value_min);
+    while (true) {
+        const first = claim(u64, &job.next, block_values);
+        if (first >= job.p.values) return;
+        const block = job.data[first..@min(first + block_values, job.p.values)];
+        var i: usize = 0;
+        while (i + elementwise_width <= block.len) : (i += elementwise_width) {
+            block[i..][0..elementwise_width].* = capOne(Wide, block[i..][0..elementwise_width].*, @splat(cap), @splat(inv_cap));
+        }
+        while (i < block.len) : (i += 1) block[i] = capOne(f32, block[i], cap, inv_cap);
+    }
+}
+
+/// tanh(x·inv_cap)·cap, with the input, the argument and the result flushed.
+inline fn capOne(comptime V: type, x: V, cap: V, inv_cap: V) V {
+    const u = flush.flush(V, flush.flush(V, x, flush.value_min) * inv_cap, flush.value_min);
+    return flush.flush(V, math.tanh(V, u) * cap, flush.value_min);
+}
+
+/// counts[r] = NaN and ±Inf values in row r: the head's per-row validity, read by the host.
+fn countNonFinite(job: *CountJob, worker: u32) void {
+    _ = worker;
+    const U = @Vector(elementwise_width, u32);
+    const exponent: U = @splat(0x7F80_0000);
+    while (true) {
+        const r: usize = claim(u32, &job.next, 1);
+        if (r >= job.p.rows) return;
+        const row = job.data[r * job.p.row_values ..][0..job.p.row_values];
+        var count: u32 = 0;
+        var i: usize = 0;
+        while (i + elementwise_width <= row.len) : (i += elementwise_width) {
+            const bits: U = @bitCast(@as(Wide, row[i..][0..elementwise_width].*));
+            // Widened before the sum: @intFromBool gives u1 lanes, whose sum wraps.
+            count += @reduce(.Add, @as(U, @intFromBool((bits & exponent) == exponent)));
+        }
+        while (i < row.len) : (i += 1) count += @intFromBool(!std.math.isFinite(row[i]));
+        job.counts[r] = count;
+    }
+}
