@@ -23,6 +23,7 @@ const contract = @import("backends/backend.zig");
 const params = @import("kernels/params.zig");
 const formats = @import("numerics/formats.zig");
 const lanes = @import("numerics/lanes.zig");
+const ggml_types = @import("numerics/ggml_types.zig");
 const Error = status.Error;
 const fail = status.fail;
 const Device = device_mod.Device;
@@ -452,9 +453,11 @@ export fn lmh_set_encode_trace(on: u32) void {
     session_mod.encode_trace.store(on != 0, .monotonic);
 }
 
-/// The block format table, one entry: info_out = [block_values, block_bytes, d_offset,
-/// m_offset (0xFFFFFFFF if none), head admitted, tied head admitted]; the name goes to
-/// dst (up to capacity bytes), its length to *len_out. Unknown ids are an error.
+/// One entry of the ggml type table (every type ggml defines, decoded or only skipped):
+/// info_out = [block_values, block_bytes, d_offset, m_offset (0xFFFFFFFF if none), head
+/// admitted, tied head admitted]; the name goes to dst (up to capacity bytes), its length to
+/// *len_out. Types lmhead only skips have offsets 0, 0xFFFFFFFF and both flags 0. Unknown and
+/// removed ids are an error whose message says which.
 export fn lmh_format_info(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
     return call(formatInfo(type_id, info_out, dst, capacity, len_out));
 }
@@ -462,10 +465,14 @@ export fn lmh_format_info(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacit
 fn formatInfo(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) Error!void {
     const info = try out([6]u32, info_out);
     const len = try out(u64, len_out);
-    const f = formats.format(type_id) orelse return fail(error.Unsupported, "unknown ggml type id {d}", .{type_id});
-    info.* = .{ f.block_values, f.block_bytes, f.d_offset, f.m_offset orelse 0xFFFF_FFFF, @intFromBool(f.head), @intFromBool(f.tied_head) };
-    len.* = f.name.len;
-    copyText(f.name, dst, capacity);
+    const t = ggml_types.info(type_id) orelse return fail(error.Unsupported, "unknown ggml type id {d}", .{type_id});
+    if (t.removed) return fail(error.Unsupported, "ggml type {d} ({s}) was removed from ggml; files must use {s}", .{ type_id, t.name, t.replaced_by.? });
+    info.* = if (formats.format(type_id)) |f|
+        .{ f.block_values, f.block_bytes, f.d_offset, f.m_offset orelse 0xFFFF_FFFF, @intFromBool(f.head), @intFromBool(f.tied_head) }
+    else
+        .{ t.block_values, t.block_bytes, 0, 0xFFFF_FFFF, 0, 0 };
+    len.* = t.name.len;
+    copyText(t.name, dst, capacity);
 }
 
 /// The head admission predicate on its own, for loaders: type, tied, block multiple, exact size.
@@ -496,6 +503,7 @@ fn dequantize(type_id: u32, src: ?[*]const u8, src_bytes: u64, dst: ?[*]f32, dst
 test {
     _ = @import("core/status.zig");
     _ = @import("core/handles.zig");
+    _ = @import("numerics/ggml_types.zig");
     _ = @import("numerics/lanes.zig");
     _ = @import("backends/cpu/pool.zig");
     _ = @import("backends/cpu/decode.zig");
