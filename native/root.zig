@@ -24,6 +24,7 @@ const params = @import("kernels/params.zig");
 const formats = @import("numerics/formats.zig");
 const lanes = @import("numerics/lanes.zig");
 const ggml_types = @import("numerics/ggml_types.zig");
+const file_mod = @import("core/file.zig");
 const Error = status.Error;
 const fail = status.fail;
 const Device = device_mod.Device;
@@ -32,6 +33,7 @@ const Session = session_mod.Session;
 const devices = &device_mod.devices;
 const buffers = &buffer_mod.buffers;
 const sessions = &session_mod.sessions;
+const files = &file_mod.files;
 
 pub const abi_version: u32 = 1;
 
@@ -500,9 +502,84 @@ fn dequantize(type_id: u32, src: ?[*]const u8, src_bytes: u64, dst: ?[*]f32, dst
     formats.decodeRow(f.type, s[0..@intCast(src_bytes)], d[0..@intCast(values)]) catch return fail(error.InvalidArgument, "decode failed", .{});
 }
 
+// --- Model files, mapped read-only -------------------------------------------------------
+
+/// Opens and maps the file at path[0..path_bytes] read-only. info_out = [file bytes, address
+/// of the mapping (0 for an empty file)]. The mapping lives until the handle is closed and
+/// every buffer over it is freed. Never write through the address: the pages are read-only.
+export fn lmh_file_open(path: ?[*]const u8, path_bytes: u64, handle_out: ?*u64, info_out: ?*[2]u64) i32 {
+    return call(fileOpen(path, path_bytes, handle_out, info_out));
+}
+
+fn fileOpen(path: ?[*]const u8, path_bytes: u64, handle_out: ?*u64, info_out: ?*[2]u64) Error!void {
+    const h = try out(u64, handle_out);
+    const info = try out([2]u64, info_out);
+    const p = path orelse return fail(error.InvalidArgument, "null path pointer", .{});
+    // File.open bounds the length before it reads the path.
+    const file = try file_mod.File.open(p[0..@intCast(path_bytes)]);
+    try insertFile(h, file);
+    info.* = .{ file.bytes, if (file.memory.len == 0) 0 else @intFromPtr(file.memory.ptr) };
+}
+
+/// Gives the handle table one reference of `file`, or releases it.
+fn insertFile(handle_out: *u64, file: *file_mod.File) Error!void {
+    handle_out.* = files.insert(file) catch |e| {
+        file.release();
+        return e;
+    };
+}
+
+/// Another handle on the same mapping, with its own reference (for a view that must keep
+/// the mapping alive after the first handle is closed).
+export fn lmh_file_retain(file: u64, handle_out: ?*u64) i32 {
+    return call(fileRetain(file, handle_out));
+}
+
+fn fileRetain(file: u64, handle_out: ?*u64) Error!void {
+    const h = try out(u64, handle_out);
+    // The reference acquire takes becomes the new handle's.
+    try insertFile(h, try files.acquire(file));
+}
+
+/// Drops the handle's reference; buffers over the file keep the mapping until they are freed.
+export fn lmh_file_close(file: u64) i32 {
+    return call(fileClose(file));
+}
+
+fn fileClose(file: u64) Error!void {
+    (try files.remove(file)).release();
+}
+
+/// Fails (status io) if the file was truncated or modified in place since it was opened.
+export fn lmh_file_check(file: u64) i32 {
+    return call(fileCheck(file));
+}
+
+fn fileCheck(file: u64) Error!void {
+    const f = try files.acquire(file);
+    defer f.release();
+    try f.checkUnchanged();
+}
+
+/// A read-only buffer over bytes [offset_bytes, offset_bytes + bytes) of a mapped file,
+/// without copying; it keeps the mapping alive. Host writes and kernel outputs to it are refused.
+export fn lmh_buffer_wrap_file(device: u64, file: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32 {
+    return call(bufferWrapFile(device, file, offset_bytes, bytes, handle_out));
+}
+
+fn bufferWrapFile(device: u64, file: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) Error!void {
+    const h = try out(u64, handle_out);
+    const d = try devices.acquire(device);
+    defer d.release();
+    const f = try files.acquire(file);
+    defer f.release();
+    try insertBuffer(h, Buffer.wrapFile(d, f, offset_bytes, bytes));
+}
+
 test {
     _ = @import("core/status.zig");
     _ = @import("core/handles.zig");
+    _ = @import("core/file.zig");
     _ = @import("numerics/ggml_types.zig");
     _ = @import("numerics/lanes.zig");
     _ = @import("backends/cpu/pool.zig");
