@@ -10,7 +10,9 @@
 import { existsSync, mkdirSync, renameSync, statSync, unlinkSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { formatInfo } from "../formats.ts";
+import { LmheadError } from "../errors.ts";
+import { rowBytes } from "../formats.ts";
+import { fileIdentity, MappedFile } from "./file.ts";
 import { Rng, synthBlocks, synthF32 } from "./synth.ts";
 import { meta, writeGguf, type GgufContents } from "./writer.ts";
 
@@ -43,9 +45,7 @@ const CHUNK_ROWS = 1024;
 /** The default artifact's contents; tensor data is generated lazily, chunk by chunk, while writing. */
 export function defaultArtifactContents(): GgufContents {
   const a = DEFAULT_ARTIFACT;
-  const f = formatInfo(a.typeId);
-  if (f === undefined) throw new Error(`default artifact: ggml type ${a.typeId} unknown to the native library`);
-  const rowBytes = (a.hidden / f.blockValues) * f.blockBytes;
+  const headRowBytes = rowBytes(a.typeId, a.hidden);
   // One stream, consumed in a fixed order (norm, then head rows in order), so the bytes are a
   // function of the seed alone.
   const rng = new Rng(a.seed);
@@ -66,15 +66,15 @@ export function defaultArtifactContents(): GgufContents {
         typeId: a.typeId,
         dims: [a.hidden, a.vocab],
         data: {
-          bytes: rowBytes * a.vocab,
+          bytes: headRowBytes * a.vocab,
           *chunks() {
-            const chunk = new Uint8Array(rowBytes * CHUNK_ROWS);
+            const chunk = new Uint8Array(headRowBytes * CHUNK_ROWS);
             for (let row = 0; row < a.vocab; row += CHUNK_ROWS) {
               const rows = Math.min(CHUNK_ROWS, a.vocab - row);
               for (let r = 0; r < rows; r++) {
-                synthBlocks(a.typeId, a.hidden, rng, {}, chunk.subarray(r * rowBytes, (r + 1) * rowBytes));
+                synthBlocks(a.typeId, a.hidden, rng, {}, chunk.subarray(r * headRowBytes, (r + 1) * headRowBytes));
               }
-              yield chunk.subarray(0, rows * rowBytes);
+              yield chunk.subarray(0, rows * headRowBytes);
             }
           },
         },
@@ -83,10 +83,16 @@ export function defaultArtifactContents(): GgufContents {
   };
 }
 
-/** XXH3-64 of a file, read through a private mapping (no copy into the JS heap). */
+/** XXH3-64 of a file (up to 4 GiB), read through a read-only mapping (no copy into the JS heap). */
 export function fileXxh3(path: string): bigint {
-  if (statSync(path).size === 0) return Bun.hash.xxHash3(new Uint8Array(0));
-  return Bun.hash.xxHash3(Bun.mmap(path, { shared: false }));
+  let file: MappedFile;
+  try {
+    file = MappedFile.open(path);
+  } catch (e) {
+    throw new LmheadError("io", `${path}: ${(e as Error).message}`);
+  }
+  using _ = file;
+  return file.read(0, file.bytes, (view) => Bun.hash.xxHash3(view));
 }
 
 function progressReporter(path: string): (written: number, total: number) => void {
@@ -142,23 +148,17 @@ export function isValidDefaultArtifact(path: string): boolean {
 // once per process, and again only if the file was replaced or modified since.
 const verified = new Map<string, string>();
 
-function identity(path: string): string | undefined {
-  if (!existsSync(path)) return undefined;
-  const st = statSync(path);
-  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
-}
-
 /** Path of the cached default artifact, generating (or regenerating a damaged copy of) it first. */
 export async function defaultArtifactPath(): Promise<string> {
   const dir = cacheDir();
   const path = join(dir, DEFAULT_ARTIFACT.fileName);
-  const id = identity(path);
+  const id = fileIdentity(path);
   if (id !== undefined && verified.get(path) === id) return path;
   if (!isValidDefaultArtifact(path)) {
     if (id !== undefined) process.stderr.write(`lmhead: ${path} does not match its pinned size and checksum; regenerating\n`);
     mkdirSync(dir, { recursive: true });
     writeDefaultArtifact(path);
   }
-  verified.set(path, identity(path)!);
+  verified.set(path, fileIdentity(path)!);
   return path;
 }

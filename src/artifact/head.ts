@@ -2,8 +2,8 @@
 // final norm weight, lm_head weight in its stored type (tied to token_embd when there is no
 // output.weight: same bytes, no copy, no √hidden scaling), eps and the optional softcap.
 import { LmheadError } from "../errors.ts";
-import { formatInfo, type FormatInfo } from "../formats.ts";
-import { metaNumber, metaString, readGguf, tensorData, type GgufFile, type GgufTensor } from "./gguf.ts";
+import { admitHead, formatInfo, typeInfo, type FormatInfo } from "../formats.ts";
+import { metaNumber, metaString, readGguf, type GgufFile, type GgufTensor } from "./gguf.ts";
 
 /** A structurally valid GGUF that is not a usable head artifact. */
 export class ArtifactError extends LmheadError {
@@ -27,10 +27,15 @@ export interface ResolvedHead {
   eps: number;
   /** null: no softcap step. */
   softcap: number | null;
-  norm: { name: string; bytes: Uint8Array };
-  head: { name: string; typeId: number; format: FormatInfo; bytes: Uint8Array; tied: boolean };
-  /** Owner of the mapping that `norm.bytes` and `head.bytes` view; keep it alive while they are used. */
-  mapping: Uint8Array;
+  norm: GgufTensor;
+  head: GgufTensor & { format: FormatInfo; tied: boolean };
+  /**
+   * Rows of the token embedding, for hidden-row sources that start from a token: the head when
+   * tied, token_embd.weight when untied and decodable, else the head's own rows.
+   */
+  embedding: { tensor: GgufTensor; format: FormatInfo; vocab: number };
+  /** The parsed file the tensors belong to (tensorData reads them). */
+  gguf: GgufFile;
 }
 
 const NORM = "output_norm.weight";
@@ -64,15 +69,14 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
   const output = gguf.tensors.get(OUTPUT);
   const headTensor = output ?? gguf.tensors.get(TOKEN_EMBD) ?? fail(`neither '${OUTPUT}' nor '${TOKEN_EMBD}' is in the file`);
   const tied = output === undefined;
-  const format = formatInfo(headTensor.typeId) ?? fail(`'${headTensor.name}' has ggml type ${headTensor.typeId}, which lmhead does not know`);
-  if (tied && !format.tiedHead) {
-    fail(`tied head '${TOKEN_EMBD}' is stored as ${format.name}, which is not admitted for a tied head (hf2q rejects stored ${format.name} embeddings)`);
-  }
-  if (!tied && !format.head) fail(`'${OUTPUT}' is stored as ${format.name}, which is not admitted for the head`);
   if (headTensor.dims.length !== 2) fail(`'${headTensor.name}' must be rank 2 [hidden, vocab], has dims ${dimsText(headTensor)}`);
-  const [hidden, vocab] = headTensor.dims;
-  if (hidden === 0 || vocab === 0) fail(`'${headTensor.name}' has an empty dimension ${dimsText(headTensor)}`);
-  if (hidden % format.blockValues !== 0) fail(`hidden ${hidden} is not a multiple of the ${format.name} block (${format.blockValues})`);
+  const [hidden, vocab] = headTensor.dims as [number, number];
+  try {
+    admitHead(headTensor.typeId, hidden, vocab, headTensor.bytes, tied);
+  } catch (e) {
+    fail(`'${headTensor.name}' ${dimsText(headTensor)}: ${(e as Error).message}`);
+  }
+  const format = formatInfo(headTensor.typeId)!;
 
   const declaredHidden = metaNumber(gguf, `${arch}.embedding_length`);
   if (declaredHidden !== undefined && declaredHidden !== hidden) {
@@ -81,7 +85,7 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
 
   const norm = gguf.tensors.get(NORM) ?? fail(`missing tensor '${NORM}'`);
   if (norm.typeId !== F32) {
-    fail(`'${NORM}' must have exact F32 storage, found ${formatInfo(norm.typeId)?.name ?? `ggml type ${norm.typeId}`}`);
+    fail(`'${NORM}' must have exact F32 storage, found ${typeInfo(norm.typeId)?.name ?? `ggml type ${norm.typeId}`}`);
   }
   if (norm.dims.length !== 1 || norm.dims[0] !== hidden) fail(`'${NORM}' must be [${hidden}], has dims ${dimsText(norm)}`);
 
@@ -91,17 +95,18 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
     if (t.fileOffset % 4 !== 0) fail(`'${t.name}' data is not 4-byte aligned (general.alignment ${gguf.alignment})`);
   }
 
-  return {
-    file,
-    arch,
-    hidden,
-    vocab,
-    eps,
-    softcap,
-    norm: { name: NORM, bytes: tensorData(gguf, norm) },
-    head: { name: headTensor.name, typeId: headTensor.typeId, format, bytes: tensorData(gguf, headTensor), tied },
-    mapping: gguf.mapping,
-  };
+  const head = { ...headTensor, format, tied };
+  return { file, arch, hidden, vocab, eps, softcap, norm, head, embedding: resolveEmbedding(gguf, head, vocab), gguf };
+}
+
+function resolveEmbedding(gguf: GgufFile, head: ResolvedHead["head"], vocab: number): ResolvedHead["embedding"] {
+  const headRows = { tensor: head, format: head.format, vocab };
+  const embd = gguf.tensors.get(TOKEN_EMBD);
+  if (head.tied || embd === undefined) return headRows;
+  const format = formatInfo(embd.typeId);
+  // A table lmhead cannot decode, or not of the head's rows, is not used: the head's rows stand in.
+  if (format === undefined || embd.dims.length !== 2 || embd.dims[0] !== head.dims[0]) return headRows;
+  return { tensor: embd, format, vocab: embd.dims[1]! };
 }
 
 /** Maps `path` and resolves its head. */
