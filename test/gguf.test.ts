@@ -341,6 +341,23 @@ describe("head resolution", () => {
     expectArtifactError(() => load({ typeId: KNOWN.Q8_0, tied: true, softcap: 0 }), /final_logit_softcapping' is 0, expected a finite value > 0/);
   });
 
+  test("eps and softcap are converted to f32 once, at load: values f32 turns into 0, a subnormal or Inf are refused", () => {
+    const eps = (v: GgufValue) => [["gemma4.attention.layer_norm_rms_epsilon", v]] as [string, GgufValue][];
+    const withMeta = (metadata: [string, GgufValue][], softcap: number | null = 30) => {
+      const { contents } = headContents({ typeId: KNOWN.Q8_0, tied: true, softcap });
+      const kept = [...contents.metadata].filter(([k]) => !metadata.some(([m]) => m === k));
+      return resolveHead(parseGguf(encodeGguf({ metadata: [...kept, ...metadata], tensors: contents.tensors }), "m.gguf"));
+    };
+    expectArtifactError(() => withMeta(eps(meta.f64(1e-50))), /'gemma4.attention.layer_norm_rms_epsilon' is 1e-50 \(0 as f32, the precision lmhead computes in\), expected a finite value > 0/);
+    expectArtifactError(() => withMeta(eps(meta.f64(1e-40))), /is 1e-40 \(9.99994610111476e-41 as f32/);
+    expectArtifactError(() => withMeta(eps(meta.f32(1e-40))), /is 9.99994610111476e-41, expected a finite value > 0 that f32 holds as a normal number/);
+    expectArtifactError(() => withMeta([["gemma4.final_logit_softcapping", meta.f64(1e300)]], null), /'gemma4.final_logit_softcapping' is 1e\+300 \(Infinity as f32/);
+    expectArtifactError(() => withMeta([["gemma4.final_logit_softcapping", meta.f64(-30)]], null), /is -30, expected a finite value > 0/);
+    const ok = withMeta([...eps(meta.f64(1e-6)), ["gemma4.final_logit_softcapping", meta.f64(30.1)]], null);
+    expect([ok.eps, ok.softcap]).toEqual([Math.fround(1e-6), Math.fround(30.1)]);
+    expect(withMeta(eps(meta.u32(1))).eps).toBe(1);
+  });
+
   test("output_norm.weight must be F32 of length hidden", () => {
     expectArtifactError(() => load({ typeId: KNOWN.Q8_0, tied: true, normTypeId: KNOWN.F16 }), /'output_norm.weight' must have exact F32 storage, found F16/);
     const wrongLength = headContents({ typeId: KNOWN.Q8_0, tied: true });
@@ -371,6 +388,17 @@ describe("head resolution", () => {
     expectArtifactError(() => resolveHead(parseGguf(encodeGguf(unknown.contents), "u.gguf")), /'token_embd.weight' \[256, 5\]: head admission: unknown or unsupported ggml type id 3 for an output head/);
     // Declared embedding_length disagrees with the head.
     expectArtifactError(() => load({ typeId: KNOWN.Q8_0, tied: true, metadata: [["gemma4.embedding_length", meta.u32(512)]] }), /'gemma4.embedding_length' is 512 but 'token_embd.weight' rows have 256 values/);
+  });
+
+  test("untied: a token embedding smaller than the head's vocab is refused at load; a larger one is used", () => {
+    const untied = (embdVocab: number) => {
+      const { contents } = headContents({ typeId: KNOWN.Q6_K, tied: false, vocab: 5 });
+      const tensors = contents.tensors.map((t) => (t.name === "token_embd.weight" ? { ...t, dims: [256, embdVocab], data: synthBlocks(KNOWN.Q8_0, 256 * embdVocab, new Rng(2)) } : t));
+      return resolveHead(parseGguf(encodeGguf({ metadata: contents.metadata, tensors }), "e.gguf"));
+    };
+    expectArtifactError(() => untied(4), /'token_embd.weight' has 4 rows but 'output.weight' has vocab 5: tokens 4..4, which the head can produce, would have no embedding/);
+    expect(untied(7).embedding).toMatchObject({ vocab: 7, tensor: { name: "token_embd.weight" } });
+    expect(untied(5).embedding.vocab).toBe(5);
   });
 
   test("a head whose data is not 4-byte aligned is rejected (alignment 1 allows it)", () => {

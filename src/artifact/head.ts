@@ -24,14 +24,16 @@ export interface ResolvedHead {
   arch: string;
   hidden: number;
   vocab: number;
+  /** As f32, the value the kernels compute with. */
   eps: number;
-  /** null: no softcap step. */
+  /** As f32; null: no softcap step. */
   softcap: number | null;
   norm: GgufTensor;
   head: GgufTensor & { format: FormatInfo; tied: boolean };
   /**
    * Rows of the token embedding, for hidden-row sources that start from a token: the head when
-   * tied, token_embd.weight when untied and decodable, else the head's own rows.
+   * tied, token_embd.weight when untied and decodable (with at least the head's vocab, so every
+   * token the head can produce has one), else the head's own rows.
    */
   embedding: { tensor: GgufTensor; format: FormatInfo; vocab: number };
   /** The parsed file the tensors belong to (tensorData reads them). */
@@ -42,6 +44,9 @@ const NORM = "output_norm.weight";
 const OUTPUT = "output.weight";
 const TOKEN_EMBD = "token_embd.weight";
 const F32 = 0;
+// The smallest positive normal and the largest finite f32.
+const MIN_NORMAL_F32 = 2 ** -126;
+const MAX_F32 = Math.fround(3.4028234663852886e38);
 
 export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHead {
   const file = gguf.file;
@@ -52,17 +57,13 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
   const arch = metaString(gguf, "general.architecture") ?? fail("missing metadata 'general.architecture'");
 
   const epsKey = `${arch}.attention.layer_norm_rms_epsilon`;
-  const eps = metaNumber(gguf, epsKey) ?? fail(`missing metadata '${epsKey}'`);
-  if (!Number.isFinite(eps) || eps <= 0) fail(`'${epsKey}' is ${eps}, expected a finite value > 0`);
+  const eps = positiveF32(epsKey, metaNumber(gguf, epsKey) ?? fail(`missing metadata '${epsKey}'`), fail);
 
   // Gemma 4 without the softcap key once ran silently uncapped (§8.8), so there it must be explicit.
   const capKey = `${arch}.final_logit_softcapping`;
   const cap = metaNumber(gguf, capKey);
-  let softcap: number | null = null;
-  if (cap !== undefined) {
-    if (!Number.isFinite(cap) || cap <= 0) fail(`'${capKey}' is ${cap}, expected a finite value > 0`);
-    softcap = cap;
-  } else if (arch === "gemma4" && !opts.allowMissingSoftcap) {
+  const softcap = cap === undefined ? null : positiveF32(capKey, cap, fail);
+  if (cap === undefined && arch === "gemma4" && !opts.allowMissingSoftcap) {
     fail(`missing metadata '${capKey}' (a gemma4 head is softcapped; pass allowMissingSoftcap to run without)`);
   }
 
@@ -96,17 +97,31 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
   }
 
   const head = { ...headTensor, format, tied };
-  return { file, arch, hidden, vocab, eps, softcap, norm, head, embedding: resolveEmbedding(gguf, head, vocab), gguf };
+  return { file, arch, hidden, vocab, eps, softcap, norm, head, embedding: resolveEmbedding(gguf, head, vocab, fail), gguf };
 }
 
-function resolveEmbedding(gguf: GgufFile, head: ResolvedHead["head"], vocab: number): ResolvedHead["embedding"] {
+/** A positive metadata number as the f32 the kernels use: refused if f32 makes it 0, subnormal or infinite. */
+function positiveF32(key: string, value: number, fail: (problem: string) => never): number {
+  const f = Math.fround(value);
+  if (!(f >= MIN_NORMAL_F32 && f <= MAX_F32)) {
+    const asF32 = f === value ? "" : ` (${f} as f32, the precision lmhead computes in)`;
+    fail(`'${key}' is ${value}${asF32}, expected a finite value > 0 that f32 holds as a normal number`);
+  }
+  return f;
+}
+
+function resolveEmbedding(gguf: GgufFile, head: ResolvedHead["head"], vocab: number, fail: (problem: string) => never): ResolvedHead["embedding"] {
   const headRows = { tensor: head, format: head.format, vocab };
   const embd = gguf.tensors.get(TOKEN_EMBD);
   if (head.tied || embd === undefined) return headRows;
   const format = formatInfo(embd.typeId);
   // A table lmhead cannot decode, or not of the head's rows, is not used: the head's rows stand in.
   if (format === undefined || embd.dims.length !== 2 || embd.dims[0] !== head.dims[0]) return headRows;
-  return { tensor: embd, format, vocab: embd.dims[1]! };
+  const rows = embd.dims[1]!;
+  if (rows < vocab) {
+    fail(`'${TOKEN_EMBD}' has ${rows} rows but '${OUTPUT}' has vocab ${vocab}: tokens ${rows}..${vocab - 1}, which the head can produce, would have no embedding`);
+  }
+  return { tensor: embd, format, vocab: rows };
 }
 
 /** Maps `path` and resolves its head. */
