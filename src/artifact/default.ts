@@ -7,14 +7,14 @@
 // attacker who can already write to the user's cache, and it runs at memory speed (measured on
 // the 606 MB file, page cache warm, 2-core x86-64: XXH3 36 ms, SHA-256 via Bun.CryptoHasher
 // 424 ms with SHA extensions, several times that without).
-import { existsSync, mkdirSync, renameSync, statSync, unlinkSync } from "node:fs";
-import { homedir } from "node:os";
-import { join } from "node:path";
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, renameSync, statfsSync, statSync, unlinkSync } from "node:fs";
+import { homedir, hostname } from "node:os";
+import { basename, dirname, join } from "node:path";
 import { LmheadError } from "../errors.ts";
 import { rowBytes } from "../formats.ts";
 import { fileIdentity, MappedFile } from "./file.ts";
 import { Rng, synthBlocks, synthF32 } from "./synth.ts";
-import { meta, writeGguf, type GgufContents } from "./writer.ts";
+import { ggufFileBytes, meta, writeGguf, type GgufContents } from "./writer.ts";
 
 export const DEFAULT_ARTIFACT = {
   /** Bump the version in the name whenever the contents change, with the new pins below. */
@@ -118,11 +118,22 @@ function progressReporter(path: string): (written: number, total: number) => voi
   };
 }
 
-/** Writes the default artifact to `path` (atomically: temp file, verify, rename) and returns its XXH3-64. */
+/**
+ * Writes the default artifact to `path` (atomically: temp file, verify, rename) and returns its
+ * XXH3-64. A cache it cannot use (a directory in the way, read-only, too little free space)
+ * is an LmheadError naming the path and the size, before anything is generated.
+ */
 export function writeDefaultArtifact(path: string, opts: { progress?: boolean; verify?: boolean } = {}): bigint {
-  const tmp = `${path}.tmp-${process.pid}-${Math.floor(Math.random() * 1e9)}`;
+  const contents = defaultArtifactContents();
+  const fileBytes = ggufFileBytes(contents);
+  const tmp = createTemp(path, fileBytes);
   try {
-    writeGguf(tmp, defaultArtifactContents(), { onProgress: opts.progress === false ? undefined : progressReporter(path) });
+    checkFreeSpace(tmp, fileBytes);
+    try {
+      writeGguf(tmp, contents, { onProgress: opts.progress === false ? undefined : progressReporter(path) });
+    } catch (e) {
+      throw new LmheadError("io", `${path}: writing the default artifact (${fileBytes} bytes) failed: ${(e as Error).message}`);
+    }
     const size = statSync(tmp).size;
     const hash = fileXxh3(tmp);
     if (opts.verify !== false && (size !== DEFAULT_ARTIFACT.fileBytes || hash !== DEFAULT_ARTIFACT.xxh3)) {
@@ -138,9 +149,80 @@ export function writeDefaultArtifact(path: string, opts: { progress?: boolean; v
   }
 }
 
+/**
+ * Creates the (empty) temp file the artifact is written to, beside `path`: proves the cache
+ * folder can be written before any work. Its name carries this host and process id, so a
+ * later run can tell an interrupted writer's leftover from a live writer's file.
+ */
+function createTemp(path: string, fileBytes: number): string {
+  const cannot = (problem: string): never => {
+    throw new LmheadError("io", `${path}: cannot write the default artifact (${fileBytes} bytes) there: ${problem}; set LMHEAD_CACHE to another folder`);
+  };
+  if (existsSync(path) && !statSync(path).isFile()) cannot("the path exists and is not a regular file");
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+  } catch (e) {
+    cannot(`cache folder ${dirname(path)}: ${(e as Error).message}`);
+  }
+  removeStaleTemps(path);
+  const tmp = `${path}${TEMP_INFIX}${hostname()}-${process.pid}-${Math.floor(Math.random() * 1e9)}`;
+  try {
+    closeSync(openSync(tmp, "wx"));
+  } catch (e) {
+    cannot((e as Error).message);
+  }
+  return tmp;
+}
+
+function checkFreeSpace(tmp: string, fileBytes: number): void {
+  const fs = statfsSync(tmp);
+  const free = fs.bavail * fs.bsize;
+  if (free < fileBytes) {
+    throw new LmheadError("io", `${dirname(tmp)}: ${free} bytes free, the default artifact needs ${fileBytes}; free some space or set LMHEAD_CACHE to another folder`);
+  }
+}
+
+const TEMP_INFIX = ".tmp-";
+// A temp file this old is stale whoever wrote it: a live writer touches it every few milliseconds.
+const STALE_TEMP_MS = 24 * 3600 * 1000;
+
+/**
+ * Removes temp files of `path` left by interrupted writers: those of a process of this host
+ * that no longer runs, and any untouched for a day (a writer on another host sharing the
+ * folder, or a pid since reused). A concurrent writer's file is left alone.
+ */
+export function removeStaleTemps(path: string): void {
+  const dir = dirname(path);
+  const prefix = basename(path) + TEMP_INFIX;
+  for (const name of readdirSync(dir)) {
+    if (!name.startsWith(prefix)) continue;
+    // host-pid-random; files of earlier versions have no host part.
+    const writer = /^(?:(.+)-)?(\d+)-\d+$/.exec(name.slice(prefix.length));
+    const temp = join(dir, name);
+    try {
+      const st = statSync(temp);
+      const deadWriter = writer !== null && (writer[1] ?? hostname()) === hostname() && !processRuns(Number(writer[2]));
+      if (!deadWriter && Date.now() - st.mtimeMs < STALE_TEMP_MS) continue;
+      unlinkSync(temp);
+      process.stderr.write(`lmhead: removed ${temp} (${st.size} bytes), left by an interrupted run\n`);
+    } catch {
+      // Gone already (another run cleaned it), or the folder is read-only: nothing to do.
+    }
+  }
+}
+
+function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM"; // it runs, as another user
+  }
+}
+
 /** True if `path` exists with the pinned size and checksum. */
 export function isValidDefaultArtifact(path: string): boolean {
-  if (!existsSync(path) || statSync(path).size !== DEFAULT_ARTIFACT.fileBytes) return false;
+  if (!existsSync(path) || !statSync(path).isFile() || statSync(path).size !== DEFAULT_ARTIFACT.fileBytes) return false;
   return fileXxh3(path) === DEFAULT_ARTIFACT.xxh3;
 }
 
@@ -150,14 +232,14 @@ const verified = new Map<string, string>();
 
 /** Path of the cached default artifact, generating (or regenerating a damaged copy of) it first. */
 export async function defaultArtifactPath(): Promise<string> {
-  const dir = cacheDir();
-  const path = join(dir, DEFAULT_ARTIFACT.fileName);
+  const path = join(cacheDir(), DEFAULT_ARTIFACT.fileName);
   const id = fileIdentity(path);
   if (id !== undefined && verified.get(path) === id) return path;
   if (!isValidDefaultArtifact(path)) {
-    if (id !== undefined) process.stderr.write(`lmhead: ${path} does not match its pinned size and checksum; regenerating\n`);
-    mkdirSync(dir, { recursive: true });
+    if (id !== undefined && statSync(path).isFile()) process.stderr.write(`lmhead: ${path} does not match its pinned size and checksum; regenerating\n`);
     writeDefaultArtifact(path);
+  } else if (existsSync(dirname(path))) {
+    removeStaleTemps(path);
   }
   verified.set(path, fileIdentity(path)!);
   return path;
