@@ -73,21 +73,18 @@ describe("a model file changed after loading", () => {
     expect(run.result!.rowError!.code).toBe("io");
   });
 
-  test("replaced by rename: the loaded model keeps the old file and its results", async () => {
-    const run = await runChild([modelFile(), "map", "rename"]);
+  /** The change left the loaded model's logits and embedding rows as they were. */
+  async function expectUnaffected(load: "map" | "copy", change: "rename" | "truncate"): Promise<void> {
+    const run = await runChild([modelFile(), load, change]);
     expect(run.exitCode).toBe(0);
     expect(run.result!.error).toBeUndefined();
     expect(run.result!.after).toBe(run.result!.before);
     expect(run.result!.rowAfter).toEqual(run.result!.row);
-  });
+  }
 
-  test("loaded with copy: true, the file may be truncated: same logits and rows as before", async () => {
-    const run = await runChild([modelFile(), "copy", "truncate"]);
-    expect(run.exitCode).toBe(0);
-    expect(run.result!.error).toBeUndefined();
-    expect(run.result!.after).toBe(run.result!.before);
-    expect(run.result!.rowAfter).toEqual(run.result!.row);
-  });
+  test("replaced by rename: the loaded model keeps the old file and its results", () => expectUnaffected("map", "rename"));
+
+  test("loaded with copy: true, the file may be truncated: same logits and rows as before", () => expectUnaffected("copy", "truncate"));
 });
 
 describe("read-only mapping", () => {

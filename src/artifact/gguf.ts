@@ -449,8 +449,9 @@ function parse(bytes: Uint8Array, file: string, fileBytes: number): GgufFile {
   return { file, fileBytes, version, alignment, metadata, tensors, dataOffset, mapping: bytes };
 }
 
-// The mapped file of each GgufFile that readGguf made (parseGguf's have none).
-const mappedFiles = new WeakMap<GgufFile, MappedFile>();
+// The mapped file of each GgufFile that readGguf made (parseGguf's have none), and the windows
+// made for tensors past gguf.mapping, by name.
+const mappedFiles = new WeakMap<GgufFile, { file: MappedFile; windows: Map<string, Uint8Array> }>();
 
 /** Opens `path` read-only, or throws a GgufError ("io") saying why it cannot. */
 export function openGgufFile(path: string): MappedFile {
@@ -470,16 +471,18 @@ export function readGguf(path: string): GgufFile {
 export function parseMapped(file: MappedFile): GgufFile {
   if (file.bytes === 0) throw new GgufError(file.path, "truncated", "truncated reading header (empty file)");
   const gguf = parse(file.window(0, Math.min(file.bytes, MAX_WINDOW_BYTES)), file.path, file.bytes);
-  mappedFiles.set(gguf, file);
+  mappedFiles.set(gguf, { file, windows: new Map() });
   return gguf;
 }
 
 /** Zero-copy read-only view of a tensor's data (it keeps its mapping alive). Never write through it. */
 export function tensorData(gguf: GgufFile, t: GgufTensor): Uint8Array {
   if (t.fileOffset + t.bytes <= gguf.mapping.byteLength) return gguf.mapping.subarray(t.fileOffset, t.fileOffset + t.bytes);
-  const file = mappedFiles.get(gguf) ?? fail(gguf, "past-end", `tensor '${t.name}' lies past the bytes given`);
+  const { file, windows } = mappedFiles.get(gguf) ?? fail(gguf, "past-end", `tensor '${t.name}' lies past the bytes given`);
   if (t.bytes > MAX_WINDOW_BYTES) fail(gguf, "io", `tensor '${t.name}' needs a ${t.bytes}-byte window; one window holds at most ${MAX_WINDOW_BYTES}`);
-  return file.window(t.fileOffset, t.bytes);
+  const window = windows.get(t.name) ?? file.window(t.fileOffset, t.bytes);
+  windows.set(t.name, window);
+  return window;
 }
 
 function fail(gguf: GgufFile, kind: GgufErrorKind, problem: string): never {
