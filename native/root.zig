@@ -23,6 +23,8 @@ const contract = @import("backends/backend.zig");
 const params = @import("kernels/params.zig");
 const formats = @import("numerics/formats.zig");
 const lanes = @import("numerics/lanes.zig");
+const ggml_types = @import("numerics/ggml_types.zig");
+const file_mod = @import("core/file.zig");
 const Error = status.Error;
 const fail = status.fail;
 const Device = device_mod.Device;
@@ -31,6 +33,7 @@ const Session = session_mod.Session;
 const devices = &device_mod.devices;
 const buffers = &buffer_mod.buffers;
 const sessions = &session_mod.sessions;
+const files = &file_mod.files;
 
 pub const abi_version: u32 = 1;
 
@@ -452,9 +455,11 @@ export fn lmh_set_encode_trace(on: u32) void {
     session_mod.encode_trace.store(on != 0, .monotonic);
 }
 
-/// The block format table, one entry: info_out = [block_values, block_bytes, d_offset,
-/// m_offset (0xFFFFFFFF if none), head admitted, tied head admitted]; the name goes to
-/// dst (up to capacity bytes), its length to *len_out. Unknown ids are an error.
+/// One entry of the ggml type table (every type ggml defines, decoded or only skipped):
+/// info_out = [block_values, block_bytes, d_offset, m_offset (0xFFFFFFFF if none), head
+/// admitted, tied head admitted]; the name goes to dst (up to capacity bytes), its length to
+/// *len_out. Types lmhead only skips have offsets 0, 0xFFFFFFFF and both flags 0. Unknown and
+/// removed ids are an error whose message says which.
 export fn lmh_format_info(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
     return call(formatInfo(type_id, info_out, dst, capacity, len_out));
 }
@@ -462,10 +467,14 @@ export fn lmh_format_info(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacit
 fn formatInfo(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) Error!void {
     const info = try out([6]u32, info_out);
     const len = try out(u64, len_out);
-    const f = formats.format(type_id) orelse return fail(error.Unsupported, "unknown ggml type id {d}", .{type_id});
-    info.* = .{ f.block_values, f.block_bytes, f.d_offset, f.m_offset orelse 0xFFFF_FFFF, @intFromBool(f.head), @intFromBool(f.tied_head) };
-    len.* = f.name.len;
-    copyText(f.name, dst, capacity);
+    const t = ggml_types.info(type_id) orelse return fail(error.Unsupported, "unknown ggml type id {d}", .{type_id});
+    if (t.removed) return fail(error.Unsupported, "ggml type {d} ({s}) was removed from ggml; files must use {s}", .{ type_id, t.name, t.replaced_by.? });
+    info.* = if (formats.format(type_id)) |f|
+        .{ f.block_values, f.block_bytes, f.d_offset, f.m_offset orelse 0xFFFF_FFFF, @intFromBool(f.head), @intFromBool(f.tied_head) }
+    else
+        .{ t.block_values, t.block_bytes, 0, 0xFFFF_FFFF, 0, 0 };
+    len.* = t.name.len;
+    copyText(t.name, dst, capacity);
 }
 
 /// The head admission predicate on its own, for loaders: type, tied, block multiple, exact size.
@@ -493,9 +502,85 @@ fn dequantize(type_id: u32, src: ?[*]const u8, src_bytes: u64, dst: ?[*]f32, dst
     formats.decodeRow(f.type, s[0..@intCast(src_bytes)], d[0..@intCast(values)]) catch return fail(error.InvalidArgument, "decode failed", .{});
 }
 
+// --- Model files, mapped read-only -------------------------------------------------------
+
+/// Opens and maps the file at path[0..path_bytes] read-only. info_out = [file bytes, address
+/// of the mapping (0 for an empty file)]. The mapping lives until the handle is closed and
+/// every buffer over it is freed. Never write through the address: the pages are read-only.
+export fn lmh_file_open(path: ?[*]const u8, path_bytes: u64, handle_out: ?*u64, info_out: ?*[2]u64) i32 {
+    return call(fileOpen(path, path_bytes, handle_out, info_out));
+}
+
+fn fileOpen(path: ?[*]const u8, path_bytes: u64, handle_out: ?*u64, info_out: ?*[2]u64) Error!void {
+    const h = try out(u64, handle_out);
+    const info = try out([2]u64, info_out);
+    const p = path orelse return fail(error.InvalidArgument, "null path pointer", .{});
+    // File.open bounds the length before it reads the path.
+    const file = try file_mod.File.open(p[0..@intCast(path_bytes)]);
+    try insertFile(h, file);
+    info.* = .{ file.bytes, if (file.memory.len == 0) 0 else @intFromPtr(file.memory.ptr) };
+}
+
+/// Gives the handle table one reference of `file`, or releases it.
+fn insertFile(handle_out: *u64, file: *file_mod.File) Error!void {
+    handle_out.* = files.insert(file) catch |e| {
+        file.release();
+        return e;
+    };
+}
+
+/// Another handle on the same mapping, with its own reference (for a view that must keep
+/// the mapping alive after the first handle is closed).
+export fn lmh_file_retain(file: u64, handle_out: ?*u64) i32 {
+    return call(fileRetain(file, handle_out));
+}
+
+fn fileRetain(file: u64, handle_out: ?*u64) Error!void {
+    const h = try out(u64, handle_out);
+    // The reference acquire takes becomes the new handle's.
+    try insertFile(h, try files.acquire(file));
+}
+
+/// Drops the handle's reference; buffers over the file keep the mapping until they are freed.
+export fn lmh_file_close(file: u64) i32 {
+    return call(fileClose(file));
+}
+
+fn fileClose(file: u64) Error!void {
+    (try files.remove(file)).release();
+}
+
+/// Fails (status io) if the file was truncated or modified in place since it was opened.
+export fn lmh_file_check(file: u64) i32 {
+    return call(fileCheck(file));
+}
+
+fn fileCheck(file: u64) Error!void {
+    const f = try files.acquire(file);
+    defer f.release();
+    try f.checkUnchanged();
+}
+
+/// A read-only buffer over bytes [offset_bytes, offset_bytes + bytes) of a mapped file,
+/// without copying; it keeps the mapping alive. Host writes and kernel outputs to it are refused.
+export fn lmh_buffer_wrap_file(device: u64, file: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32 {
+    return call(bufferWrapFile(device, file, offset_bytes, bytes, handle_out));
+}
+
+fn bufferWrapFile(device: u64, file: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) Error!void {
+    const h = try out(u64, handle_out);
+    const d = try devices.acquire(device);
+    defer d.release();
+    const f = try files.acquire(file);
+    defer f.release();
+    try insertBuffer(h, Buffer.wrapFile(d, f, offset_bytes, bytes));
+}
+
 test {
     _ = @import("core/status.zig");
     _ = @import("core/handles.zig");
+    _ = @import("core/file.zig");
+    _ = @import("numerics/ggml_types.zig");
     _ = @import("numerics/lanes.zig");
     _ = @import("backends/cpu/pool.zig");
     _ = @import("backends/cpu/decode.zig");

@@ -1,6 +1,7 @@
 //! Root of `zig build test`: every native file with tests is listed here.
 test {
     _ = @import("root.zig");
+    _ = @import("file_test.zig");
     _ = @import("numerics/formats.zig");
     _ = @import("numerics/math.zig");
     _ = @import("numerics/flush.zig");

@@ -8,6 +8,7 @@ export type ErrorCode =
   | "unsupported"
   | "busy"
   | "backend"
+  | "io"
   | "non_finite"
   | "stale"
   | "bad_artifact"
@@ -23,6 +24,7 @@ export const statusCodes: readonly ErrorCode[] = [
   "unsupported",
   "busy",
   "backend",
+  "io",
 ];
 
 /** Subclasses (GgufError, ArtifactError) add what they know, e.g. the file. */

@@ -1,6 +1,6 @@
 /** The block formats, as the native table (native/numerics/formats.zig) defines them. */
 import { LmheadError } from "./errors.ts";
-import { check, lib, nativeString } from "./native.ts";
+import { check, lastError, lib, nativeString } from "./native.ts";
 import { expectTyped } from "./typed.ts";
 
 export interface FormatInfo {
@@ -19,33 +19,48 @@ export interface FormatInfo {
   tiedHead: boolean;
 }
 
-const cache = new Map<number, FormatInfo | undefined>();
+/** A ggml type id's table entry, or the native message saying why there is none. */
+const cache = new Map<number, FormatInfo | string>();
 
-/** The format of a ggml type id, or undefined if lmhead does not know the type. */
-export function formatInfo(typeId: number): FormatInfo | undefined {
-  if (!Number.isInteger(typeId) || typeId < 0 || typeId > 0xffffffff) return undefined;
-  if (cache.has(typeId)) return cache.get(typeId);
+function lookup(typeId: number): FormatInfo | string {
+  if (!Number.isInteger(typeId) || typeId < 0 || typeId > 0xffffffff) return `ggml type id ${typeId} is not a u32`;
+  const cached = cache.get(typeId);
+  if (cached !== undefined) return cached;
   const info = new Uint32Array(6);
-  let known = true;
+  let problem: string | null = null;
   const name = nativeString((dst, capacity, len) => {
-    const status = lib.lmh_format_info(typeId, info, dst, capacity, len);
-    if (status !== 0) known = false;
+    if (lib.lmh_format_info(typeId, info, dst, capacity, len) !== 0) problem = lastError();
     return 0;
   }, "format info");
-  const format = known
-    ? {
-        id: typeId,
-        name,
-        blockValues: info[0]!,
-        blockBytes: info[1]!,
-        dOffset: info[2]!,
-        mOffset: info[3] === 0xffffffff ? null : info[3]!,
-        head: info[4] === 1,
-        tiedHead: info[5] === 1,
-      }
-    : undefined;
-  cache.set(typeId, format);
-  return format;
+  const entry =
+    problem ??
+    ({
+      id: typeId,
+      name,
+      blockValues: info[0]!,
+      blockBytes: info[1]!,
+      dOffset: info[2]!,
+      mOffset: info[3] === 0xffffffff ? null : info[3]!,
+      head: info[4] === 1,
+      tiedHead: info[5] === 1,
+    } satisfies FormatInfo);
+  cache.set(typeId, entry);
+  return entry;
+}
+
+/**
+ * Any type ggml defines, including those lmhead only skips over in a file (Q4_1, I32, ...:
+ * `head` and `tiedHead` false); undefined for unknown and removed ids.
+ */
+export function typeInfo(typeId: number): FormatInfo | undefined {
+  const entry = lookup(typeId);
+  return typeof entry === "string" ? undefined : entry;
+}
+
+/** The format of a type lmhead decodes (exactly the types admitted as a head), or undefined. */
+export function formatInfo(typeId: number): FormatInfo | undefined {
+  const entry = typeInfo(typeId);
+  return entry?.head ? entry : undefined;
 }
 
 /** Every type lmhead knows, by ggml type id (ggml ids are below 64). */
@@ -62,11 +77,12 @@ export function typeIdOf(name: string): number {
 
 /**
  * Bytes of `values` consecutive values of ggml type typeId (a row, or a whole tensor), from
- * the native table. Throws when the type is unknown or `values` is not whole blocks.
+ * the native table, for any type ggml defines (decoded or only skipped). Throws when the type
+ * is unknown or removed (the native message says which) or `values` is not whole blocks.
  */
 export function rowBytes(typeId: number, values: number): number {
-  const format = formatInfo(typeId);
-  if (!format) throw new LmheadError("unsupported", `unknown ggml type id ${typeId}`);
+  const format = lookup(typeId);
+  if (typeof format === "string") throw new LmheadError("unsupported", format);
   if (!Number.isSafeInteger(values) || values < 0) throw new LmheadError("invalid_argument", `${values} ${format.name} values is not a non-negative integer`);
   if (values % format.blockValues !== 0) {
     throw new LmheadError("invalid_argument", `${values} values is not a whole number of ${format.name} blocks (${format.blockValues} values each)`);
@@ -74,6 +90,11 @@ export function rowBytes(typeId: number, values: number): number {
   const bytes = (values / format.blockValues) * format.blockBytes;
   if (!Number.isSafeInteger(bytes)) throw new LmheadError("overflow", `${values} ${format.name} values overflow a byte count`);
   return bytes;
+}
+
+/** The native head admission predicate (type, tied, block multiple, exact byte size): throws its message. */
+export function admitHead(typeId: number, hidden: number, vocab: number, weightBytes: number, tied: boolean): void {
+  check(lib.lmh_head_admit(typeId, hidden, vocab, weightBytes, tied ? 1 : 0), "head admission");
 }
 
 /** Decodes whole blocks of ggml type typeId with the reference decoder (the kernels' own), into `out` when given. */

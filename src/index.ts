@@ -3,7 +3,7 @@ export { dequantize, formatInfo, knownTypeIds, rowBytes, typeIdOf, type FormatIn
 export { MlxDevice, MlxBuffer, KernelRegistry, GraphSession, backendKinds, counters, setEncodeTrace, type BackendKind, type BandwidthResult } from "./runtime.ts";
 export { MlxModelWeights, BatchedHeadOut, NonFiniteRowsError, type HeadWeights, type EncodedHead } from "./head.ts";
 export { hostPhases, HostPhases, phases, type Phase } from "./phases.ts";
-export { loadModel, type Model, type EmbeddingTable } from "./model.ts";
+export { loadModel, type Model, type EmbeddingTable, type LoadOptions } from "./model.ts";
 export { readGguf, GgufError } from "./artifact/gguf.ts";
 export { resolveHead, ArtifactError } from "./artifact/head.ts";
 export { defaultArtifactPath } from "./artifact/default.ts";

@@ -1,15 +1,20 @@
 /**
- * From a GGUF file (or the built-in default artifact) to MlxModelWeights, zero-copy:
- * the file is memory-mapped, each mapping is wrapped once as a device buffer, and the
- * norm and head are views into it at their tensor offsets (on Metal this becomes
- * newBufferWithBytesNoCopy over the page-aligned mapping, with the same views).
+ * From a GGUF file (or the built-in default artifact) to MlxModelWeights. By default zero-copy:
+ * the file is mapped read-only by the native library and the norm, the head and the embedding
+ * are device buffers over it (on Metal this becomes newBufferWithBytesNoCopy over the mapping).
+ *
+ * A mapped file must not change while it is loaded: model files are replaced by rename, never
+ * truncated or rewritten in place (reading a truncated file's lost pages kills the process with
+ * SIGBUS). Every head call and embedding row checks the file first and fails cleanly if it
+ * changed; `copy: true` reads the weights into memory the process owns instead.
  */
 import { defaultArtifactPath } from "./artifact/default.ts";
-import { readGguf, tensorData } from "./artifact/gguf.ts";
+import type { MappedFile } from "./artifact/file.ts";
+import { openGgufFile, parseMapped, type GgufTensor } from "./artifact/gguf.ts";
 import { resolveHead, type HeadOptions } from "./artifact/head.ts";
-import { dequantize, formatInfo } from "./formats.ts";
+import { dequantize, rowBytes } from "./formats.ts";
 import { LmheadError } from "./errors.ts";
-import { MlxModelWeights } from "./head.ts";
+import { MlxModelWeights, type HeadWeights } from "./head.ts";
 import type { MlxBuffer, MlxDevice } from "./runtime.ts";
 
 /** The token embedding table, for hidden-row sources that start from a token. */
@@ -32,62 +37,110 @@ export interface Model extends Disposable {
   tied: boolean;
 }
 
-/** Loads the head of `path`, or of the built-in default artifact when path is null. */
-export async function loadModel(device: MlxDevice, path: string | null, opts: HeadOptions = {}): Promise<Model> {
-  const file = path ?? (await defaultArtifactPath());
-  const gguf = readGguf(file);
-  const resolved = resolveHead(gguf, opts);
-  const buffers: MlxBuffer[] = [];
-  const wrapped = new Map<ArrayBufferLike, MlxBuffer>();
-  /** A view of a tensor inside its (page-aligned) mapping, wrapping each mapping once. */
-  const tensorBuffer = (bytes: Uint8Array): MlxBuffer => {
-    let mapping = wrapped.get(bytes.buffer);
-    if (!mapping) {
-      mapping = device.wrapHost(new Uint8Array(bytes.buffer));
-      wrapped.set(bytes.buffer, mapping);
-      buffers.push(mapping);
-    }
-    const view = mapping.view(bytes.byteOffset, bytes.byteLength);
-    buffers.push(view);
-    return view;
-  };
-  const weights = new MlxModelWeights(device, {
-    hiddenSize: resolved.hidden,
-    vocabSize: resolved.vocab,
-    finalNorm: tensorBuffer(resolved.norm.bytes),
-    head: tensorBuffer(resolved.head.bytes),
-    headType: resolved.head.typeId,
-    tied: resolved.head.tied,
-    finalLogitSoftcapping: resolved.softcap,
-    rmsNormEps: resolved.eps,
-  });
+export interface LoadOptions extends HeadOptions {
+  /**
+   * Copy the weights into memory the process owns (about the head's size), so that the file may
+   * change or go once loaded. Default false: the weights are read from the read-only mapping.
+   */
+  copy?: boolean;
+}
 
-  // The embedding is the head when tied; an untied file's token_embd of a type lmhead
-  // cannot decode (or none at all) falls back to the head's rows.
-  const embd = gguf.tensors.get("token_embd.weight");
-  const usable = embd && formatInfo(embd.typeId) && embd.dims.length === 2 && embd.dims[0] === resolved.hidden;
-  const table = usable ? { typeId: embd.typeId, bytes: tensorData(gguf, embd), vocab: embd.dims[1]! } : { ...resolved.head, vocab: resolved.vocab };
-  const format = formatInfo(table.typeId)!;
-  const rowBytes = (resolved.hidden / format.blockValues) * format.blockBytes;
-  const embedding: EmbeddingTable = {
-    vocab: table.vocab,
-    hidden: resolved.hidden,
-    typeId: table.typeId,
+/** Weights over a mapped file: every call checks first that the file was not changed in place. */
+class FileBackedWeights extends MlxModelWeights {
+  constructor(
+    device: MlxDevice,
+    weights: HeadWeights,
+    private readonly file: MappedFile,
+  ) {
+    super(device, weights);
+  }
+
+  override lmHeadBatched(...args: Parameters<MlxModelWeights["lmHeadBatched"]>): ReturnType<MlxModelWeights["lmHeadBatched"]> {
+    this.file.check();
+    return super.lmHeadBatched(...args);
+  }
+
+  override encodeLmHeadInto(...args: Parameters<MlxModelWeights["encodeLmHeadInto"]>): ReturnType<MlxModelWeights["encodeLmHeadInto"]> {
+    this.file.check();
+    return super.encodeLmHeadInto(...args);
+  }
+}
+
+/** Loads the head of `path`, or of the built-in default artifact when path is null. */
+export async function loadModel(device: MlxDevice, path: string | null, opts: LoadOptions = {}): Promise<Model> {
+  const file = openGgufFile(path ?? (await defaultArtifactPath()));
+  const buffers: MlxBuffer[] = [];
+  let weights: MlxModelWeights | undefined;
+  try {
+    const resolved = resolveHead(parseMapped(file), opts);
+    const buffer = (t: GgufTensor): MlxBuffer => {
+      const b = opts.copy ? copyTensor(device, file, t) : file.wrap(device, t.fileOffset, t.bytes);
+      buffers.push(b);
+      return b;
+    };
+    const head = buffer(resolved.head);
+    const spec: HeadWeights = {
+      hiddenSize: resolved.hidden,
+      vocabSize: resolved.vocab,
+      finalNorm: buffer(resolved.norm),
+      head,
+      headType: resolved.head.typeId,
+      tied: resolved.head.tied,
+      finalLogitSoftcapping: resolved.softcap,
+      rmsNormEps: resolved.eps,
+    };
+    weights = opts.copy ? new MlxModelWeights(device, spec) : new FileBackedWeights(device, spec, file);
+    const { tensor, format, vocab } = resolved.embedding;
+    const table = tensor === resolved.head ? head : buffer(tensor);
+    const embedding = embeddingTable(table, format.id, resolved.hidden, vocab, opts.copy ? null : file);
+    if (opts.copy) file.close();
+    return modelOf(weights, embedding, buffers, file, resolved);
+  } catch (e) {
+    weights?.[Symbol.dispose]();
+    for (const b of buffers.reverse()) b.free();
+    file.close();
+    throw e;
+  }
+}
+
+/** The tensor's bytes in a device buffer the process owns, read in windows of at most 256 MiB. */
+function copyTensor(device: MlxDevice, file: MappedFile, t: GgufTensor): MlxBuffer {
+  const copy = device.allocBuffer(t.bytes);
+  const step = 2 ** 28;
+  for (let at = 0; at < t.bytes; at += step) file.read(t.fileOffset + at, Math.min(step, t.bytes - at), (view) => copy.write(view, at));
+  return copy;
+}
+
+function embeddingTable(table: MlxBuffer, typeId: number, hidden: number, vocab: number, file: MappedFile | null): EmbeddingTable {
+  // One row's stored bytes, reused: a decode loop asks for a row per slot per step.
+  const stored = new Uint8Array(rowBytes(typeId, hidden));
+  return {
+    vocab,
+    hidden,
+    typeId,
     row(token: number, out?: Float32Array): Float32Array {
-      if (!Number.isInteger(token) || token < 0 || token >= table.vocab) throw new LmheadError("out_of_bounds", `token ${token} outside [0, ${table.vocab})`);
-      return dequantize(table.typeId, table.bytes.subarray(token * rowBytes, (token + 1) * rowBytes), out);
+      if (!Number.isInteger(token) || token < 0 || token >= vocab) throw new LmheadError("out_of_bounds", `token ${token} outside [0, ${vocab})`);
+      file?.check();
+      table.readInto(stored, token * stored.byteLength);
+      return dequantize(typeId, stored, out);
     },
   };
+}
 
+function modelOf(weights: MlxModelWeights, embedding: EmbeddingTable, buffers: MlxBuffer[], file: MappedFile, head: { file: string; arch: string; head: { tied: boolean } }): Model {
+  let disposed = false;
   return {
     weights,
     embedding,
-    path: file,
-    arch: resolved.arch,
-    tied: resolved.head.tied,
+    path: head.file,
+    arch: head.arch,
+    tied: head.head.tied,
     [Symbol.dispose]() {
+      if (disposed) return;
+      disposed = true;
       weights[Symbol.dispose]();
       for (const b of buffers.reverse()) b.free();
+      file.close();
     },
   };
 }

@@ -149,8 +149,8 @@ describe("round trip write → read", () => {
         expect(tensorData(g, t)).toEqual(head);
         const h = resolveHead(g);
         expect(h.head.tied).toBe(tied);
-        expect(h.head.bytes).toEqual(head);
-        expect(h.norm.bytes).toEqual(norm);
+        expect(tensorData(g, h.head)).toEqual(head);
+        expect(tensorData(g, h.norm)).toEqual(norm);
         expect([h.hidden, h.vocab]).toEqual([256, 7]);
       }
     }
@@ -263,13 +263,13 @@ describe("round trip write → read", () => {
     const bytes = encodeGguf(contents);
     const path = tmpFile(bytes);
     const h = loadHead(path);
-    expect(h.mapping.byteLength).toBe(bytes.byteLength);
-    expect(h.head.bytes.buffer).toBe(h.mapping.buffer);
-    expect(h.norm.bytes.buffer).toBe(h.mapping.buffer);
-    expect(h.head.bytes.byteOffset).toBe(readGguf(path).tensors.get("token_embd.weight")!.fileOffset);
+    expect(h.gguf.mapping.byteLength).toBe(bytes.byteLength);
+    expect(tensorData(h.gguf, h.head).buffer).toBe(h.gguf.mapping.buffer);
+    expect(tensorData(h.gguf, h.norm).buffer).toBe(h.gguf.mapping.buffer);
+    expect(tensorData(h.gguf, h.head).byteOffset).toBe(readGguf(path).tensors.get("token_embd.weight")!.fileOffset);
   });
 
-  test("tensors of types lmhead does not know still parse; their data is an error only when asked for", () => {
+  test("tensors of types lmhead only skips parse with their extent; decoding them is an error", () => {
     const { contents } = headContents({
       typeId: KNOWN.Q8_0,
       tied: true,
@@ -282,8 +282,10 @@ describe("round trip write → read", () => {
     const g = readGguf(path);
     const q41 = g.tensors.get("blk.0.ffn.weight")!;
     expect(q41.typeId).toBe(Q4_1);
-    expect(q41.bytes).toBeNull();
-    expectGgufError(() => tensorData(g, q41), path, "type", /tensor 'blk.0.ffn.weight' has ggml type 3, whose size lmhead does not know/);
+    expect(q41.bytes).toBe(80);
+    expect(g.tensors.get("i32")!.bytes).toBe(12);
+    expect(tensorData(g, q41).byteLength).toBe(80);
+    expect(() => dequantize(Q4_1, tensorData(g, q41))).toThrow(/unknown ggml type id 3/);
     expect(resolveHead(g).head.typeId).toBe(KNOWN.Q8_0);
   });
 });
@@ -326,7 +328,7 @@ describe("head resolution", () => {
 
   test("tied Q3_K (and the other non-embedding types) are rejected; untied they are accepted", () => {
     for (const name of ["Q3_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS"] as const) {
-      expectArtifactError(() => load({ typeId: KNOWN[name], tied: true }), new RegExp(`tied head 'token_embd.weight' is stored as ${name}, which is not admitted`));
+      expectArtifactError(() => load({ typeId: KNOWN[name], tied: true }), new RegExp(`'token_embd.weight' \\[256, 5\\]: head admission: tied head of stored type ${name}`));
       expect(load({ typeId: KNOWN[name], tied: false }).head.typeId).toBe(KNOWN[name]);
     }
   });
@@ -337,6 +339,23 @@ describe("head resolution", () => {
     expect(load({ typeId: KNOWN.Q8_0, tied: true, softcap: null, arch: "gemma3" }).softcap).toBeNull();
     expect(load({ typeId: KNOWN.Q8_0, tied: true, softcap: 50, arch: "gemma3" }).softcap).toBe(50);
     expectArtifactError(() => load({ typeId: KNOWN.Q8_0, tied: true, softcap: 0 }), /final_logit_softcapping' is 0, expected a finite value > 0/);
+  });
+
+  test("eps and softcap are converted to f32 once, at load: values f32 turns into 0, a subnormal or Inf are refused", () => {
+    const eps = (v: GgufValue) => [["gemma4.attention.layer_norm_rms_epsilon", v]] as [string, GgufValue][];
+    const withMeta = (metadata: [string, GgufValue][], softcap: number | null = 30) => {
+      const { contents } = headContents({ typeId: KNOWN.Q8_0, tied: true, softcap });
+      const kept = [...contents.metadata].filter(([k]) => !metadata.some(([m]) => m === k));
+      return resolveHead(parseGguf(encodeGguf({ metadata: [...kept, ...metadata], tensors: contents.tensors }), "m.gguf"));
+    };
+    expectArtifactError(() => withMeta(eps(meta.f64(1e-50))), /'gemma4.attention.layer_norm_rms_epsilon' is 1e-50 \(0 as f32, the precision lmhead computes in\), expected a finite value > 0/);
+    expectArtifactError(() => withMeta(eps(meta.f64(1e-40))), /is 1e-40 \(9.99994610111476e-41 as f32/);
+    expectArtifactError(() => withMeta(eps(meta.f32(1e-40))), /is 9.99994610111476e-41, expected a finite value > 0 that f32 holds as a normal number/);
+    expectArtifactError(() => withMeta([["gemma4.final_logit_softcapping", meta.f64(1e300)]], null), /'gemma4.final_logit_softcapping' is 1e\+300 \(Infinity as f32/);
+    expectArtifactError(() => withMeta([["gemma4.final_logit_softcapping", meta.f64(-30)]], null), /is -30, expected a finite value > 0/);
+    const ok = withMeta([...eps(meta.f64(1e-6)), ["gemma4.final_logit_softcapping", meta.f64(30.1)]], null);
+    expect([ok.eps, ok.softcap]).toEqual([Math.fround(1e-6), Math.fround(30.1)]);
+    expect(withMeta(eps(meta.u32(1))).eps).toBe(1);
   });
 
   test("output_norm.weight must be F32 of length hidden", () => {
@@ -366,9 +385,20 @@ describe("head resolution", () => {
     // Head of a type lmhead does not know.
     const unknown = headContents({ typeId: KNOWN.Q8_0, tied: true });
     (unknown.contents.tensors as TensorSource[])[1] = { name: "token_embd.weight", typeId: Q4_1, dims: [256, 5], data: new Uint8Array(5 * 8 * 20) };
-    expectArtifactError(() => resolveHead(parseGguf(encodeGguf(unknown.contents), "u.gguf")), /'token_embd.weight' has ggml type 3, which lmhead does not know/);
+    expectArtifactError(() => resolveHead(parseGguf(encodeGguf(unknown.contents), "u.gguf")), /'token_embd.weight' \[256, 5\]: head admission: unknown or unsupported ggml type id 3 for an output head/);
     // Declared embedding_length disagrees with the head.
     expectArtifactError(() => load({ typeId: KNOWN.Q8_0, tied: true, metadata: [["gemma4.embedding_length", meta.u32(512)]] }), /'gemma4.embedding_length' is 512 but 'token_embd.weight' rows have 256 values/);
+  });
+
+  test("untied: a token embedding smaller than the head's vocab is refused at load; a larger one is used", () => {
+    const untied = (embdVocab: number) => {
+      const { contents } = headContents({ typeId: KNOWN.Q6_K, tied: false, vocab: 5 });
+      const tensors = contents.tensors.map((t) => (t.name === "token_embd.weight" ? { ...t, dims: [256, embdVocab], data: synthBlocks(KNOWN.Q8_0, 256 * embdVocab, new Rng(2)) } : t));
+      return resolveHead(parseGguf(encodeGguf({ metadata: contents.metadata, tensors }), "e.gguf"));
+    };
+    expectArtifactError(() => untied(4), /'token_embd.weight' has 4 rows but 'output.weight' has vocab 5: tokens 4..4, which the head can produce, would have no embedding/);
+    expect(untied(7).embedding).toMatchObject({ vocab: 7, tensor: { name: "token_embd.weight" } });
+    expect(untied(5).embedding.vocab).toBe(5);
   });
 
   test("a head whose data is not 4-byte aligned is rejected (alignment 1 allows it)", () => {
@@ -389,7 +419,7 @@ describe("head resolution", () => {
   test("errors name the file", () => {
     const { contents } = headContents({ typeId: KNOWN.Q3_K, tied: true });
     const path = tmpFile(encodeGguf(contents), "named-q3k.gguf");
-    expectArtifactError(() => loadHead(path), new RegExp(`^${escapeRe(path)}: tied head`));
+    expectArtifactError(() => loadHead(path), new RegExp(`^${escapeRe(path)}: 'token_embd.weight' \\[256, 5\\]: head admission: tied head of stored type Q3_K`));
   });
 });
 
@@ -501,7 +531,37 @@ describe("bad files", () => {
     const unknown = withTensors((b) => (tensorInfo(b, "x", [1n << 40n], Q4_1, 0), 1), 32);
     expectGgufError(() => parseGguf(unknown, "d.gguf"), "d.gguf", "dims", /dims overflow/);
     const partial = withTensors((b) => (tensorInfo(b, "x", [33, 2], KNOWN.Q8_0, 0), 1), 128);
-    expectGgufError(() => parseGguf(partial, "d.gguf"), "d.gguf", "dims", /row of 33 values is not a whole number of Q8_0 blocks \(32\)/);
+    expectGgufError(() => parseGguf(partial, "d.gguf"), "d.gguf", "dims", /tensor 'x': 33 values is not a whole number of Q8_0 blocks \(32 values each\)/);
+  });
+
+  test("invalid and removed ggml type ids are refused on any tensor, as gguf-py and llama.cpp refuse them", () => {
+    const cases: [number, RegExp][] = [
+      [0xffffffff, /tensor 'blk.0.unused': unknown ggml type id 4294967295/],
+      [43, /unknown ggml type id 43/],
+      [4, /ggml type 4 \(Q4_2\) was removed from ggml; files must use Q4_0/],
+      [31, /ggml type 31 \(Q4_0_4_4\) was removed from ggml; files must use Q4_0 \(repacked at run time\)/],
+      [38, /ggml type 38 \(IQ4_NL_8_8\) was removed/],
+    ];
+    for (const [typeId, message] of cases) {
+      const bytes = withTensors((b) => (tensorInfo(b, "blk.0.unused", [32], typeId, 0), 1), 64);
+      expectGgufError(() => parseGguf(bytes, "t.gguf"), "t.gguf", "type", message);
+    }
+    // Beside a valid head, in a file: the head is not enough to make the file loadable.
+    const { contents } = headContents({ typeId: KNOWN.Q8_0, tied: true });
+    const withBad = encodeGguf({ ...contents, tensors: [...contents.tensors, { name: "blk.0.unused", typeId: KNOWN.F32, dims: [8], data: new Uint8Array(32) }] });
+    const typeAt = indexOfBytes(withBad, "blk.0.unused") + "blk.0.unused".length + 4 + 8; // past the name, n_dims and the dim
+    new DataView(withBad.buffer).setUint32(typeAt, 0xffffffff, true);
+    const path = tmpFile(withBad);
+    expectGgufError(() => loadHead(path), path, "type", /tensor 'blk.0.unused': unknown ggml type id 4294967295/);
+  });
+
+  test("a file cut inside the data of a tensor lmhead only skips is refused", () => {
+    const { contents } = headContents({ typeId: KNOWN.Q8_0, tied: true, extra: [{ name: "blk.0.q4_1", typeId: Q4_1, dims: [64, 2], data: new Uint8Array(80) }] });
+    const bytes = encodeGguf(contents);
+    const t = parseGguf(bytes).tensors.get("blk.0.q4_1")!;
+    expect(t.bytes).toBe(80);
+    const path = tmpFile(bytes.subarray(0, t.fileOffset + t.bytes - 1));
+    expectGgufError(() => readGguf(path), path, "past-end", /tensor data past end of file: 'blk.0.q4_1' needs bytes \d+\.\.\d+ of \d+/);
   });
 
   test("tensor data past the end of the file, misaligned offsets, duplicate names", () => {
@@ -561,12 +621,12 @@ describe("files over 4 GiB (one Bun mapping holds at most 4 GiB)", () => {
       expect(g.fileBytes).toBe(headAt + head.byteLength + 8 * 2 ** 20);
       expect(g.mapping.byteLength).toBe(2 ** 32);
       const h = resolveHead(g);
-      expect(h.head.bytes).toEqual(head);
-      expect(h.norm.bytes).toEqual(norm);
-      expect(h.head.bytes.buffer).not.toBe(g.mapping.buffer);
+      expect(tensorData(g, h.head)).toEqual(head);
+      expect(tensorData(g, h.norm)).toEqual(norm);
+      expect(tensorData(g, h.head).buffer).not.toBe(g.mapping.buffer);
       expect(h.softcap).toBeNull();
       expect(tensorData(g, g.tensors.get("filler")!).buffer).toBe(g.mapping.buffer);
-      expectGgufError(() => tensorData(g, g.tensors.get("big")!), path, "io", /tensor 'big' needs a \d+-byte mapping; one mapping holds at most 4294967296/);
+      expectGgufError(() => tensorData(g, g.tensors.get("big")!), path, "io", /tensor 'big' needs a \d+-byte window; one window holds at most 4294967296/);
     } finally {
       rmSync(path);
     }
@@ -581,7 +641,6 @@ describe("fuzz", () => {
     // The mutations must exercise both outcomes and several distinct error kinds.
     expect(report.counts.get("parsed") ?? 0).toBeGreaterThan(100);
     expect([...report.counts.keys()].filter((k) => k.startsWith("GgufError:")).length).toBeGreaterThanOrEqual(8);
-    expect(report.ms).toBeLessThan(5000);
   });
 
   test("the fuzz run is reproducible from its seed", () => {
@@ -626,9 +685,7 @@ describe("gguf-py fixtures (scripts/make_gguf_fixtures.py)", () => {
         expect(ours.typeId).toBe(t.type);
         expect(ours.dims).toEqual(t.dims);
         expect(ours.fileOffset - g.dataOffset).toBe(t.dataOffset);
-        // Unknown types: our size is null, so hash gguf-py's byte range to check the offset.
-        if (formatInfo(t.type) !== undefined) expect(ours.bytes).toBe(t.bytes);
-        else expect(ours.bytes).toBeNull();
+        expect(ours.bytes).toBe(t.bytes);
         const data = g.mapping.subarray(ours.fileOffset, ours.fileOffset + t.bytes);
         expect(new Bun.CryptoHasher("sha256").update(data).digest("hex")).toBe(t.sha256);
       }

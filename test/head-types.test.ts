@@ -82,7 +82,9 @@ describe("rowBytes: the native table's block sizes", () => {
     expect(rowBytes(14, 2816)).toBe(11 * 210); // Q6_K: 256 values in 210 bytes
     expect(rowBytes(14, 0)).toBe(0);
     expect(() => rowBytes(14, 2800)).toThrow(/2800 values is not a whole number of Q6_K blocks \(256 values each\)/);
-    expect(() => rowBytes(3, 32)).toThrow(/unknown ggml type id 3/);
+    expect(rowBytes(3, 64)).toBe(2 * 20); // Q4_1: lmhead only skips it in files, the table still sizes it
+    expect(() => rowBytes(0xffffffff, 32)).toThrow(/unknown ggml type id 4294967295/);
+    expect(() => rowBytes(31, 32)).toThrow(/ggml type 31 \(Q4_0_4_4\) was removed from ggml/);
     expect(() => rowBytes(0, -4)).toThrow(LmheadError);
     expect(() => rowBytes(0, 2.5)).toThrow(LmheadError);
     expect(() => rowBytes(0, 2 ** 52)).toThrow(/overflow/);

@@ -5,6 +5,7 @@
 const std = @import("std");
 const status = @import("status.zig");
 const Device = @import("device.zig").Device;
+const File = @import("file.zig").File;
 const Error = status.Error;
 const fail = status.fail;
 
@@ -21,6 +22,8 @@ pub const Buffer = struct {
     /// Commands of unfinished sessions that use this allocation (kept on the root, so a
     /// view in flight also keeps its root and sibling views from the host).
     in_flight: std.atomic.Value(u32) = .init(0),
+    /// On a root over a read-only mapped file: the file, of which the buffer holds a reference.
+    file: ?*File = null,
 
     pub const Place = union(enum) {
         root: Device.Memory,
@@ -45,6 +48,16 @@ pub const Buffer = struct {
             device.free(memory);
             return e;
         };
+    }
+
+    /// Wraps [offset_bytes, offset_bytes + bytes) of a mapped file, without copying and read-only.
+    pub fn wrapFile(device: *Device, file: *File, offset_bytes: u64, bytes: u64) Error!*Buffer {
+        const range = try file.range(offset_bytes, bytes);
+        // Backends only read a wrapped file: checkWritable refuses every writer.
+        const buffer = try wrap(device, @constCast(range.ptr), bytes);
+        file.retain();
+        buffer.file = file;
+        return buffer;
     }
 
     pub fn view(parent: *Buffer, offset_bytes: u64, bytes: u64) Error!*Buffer {
@@ -84,6 +97,7 @@ pub const Buffer = struct {
             .root => |memory| buffer.device.free(memory),
             .view => |v| v.root.release(),
         }
+        if (buffer.file) |file| file.release();
         buffer.device.release();
         std.heap.c_allocator.destroy(buffer);
     }
@@ -130,8 +144,14 @@ pub const Buffer = struct {
             return fail(error.Busy, "buffer is used by a session that has not finished", .{});
     }
 
-    /// Host → buffer, after the range and idle checks.
+    /// Refuses writes to a buffer over a read-only mapped file (or a view of one).
+    pub fn checkWritable(buffer: *Buffer) Error!void {
+        if (buffer.root().file != null) return fail(error.InvalidArgument, "buffer is a read-only view of a model file", .{});
+    }
+
+    /// Host → buffer, after the range, writable and idle checks.
     pub fn copyIn(buffer: *Buffer, offset_bytes: u64, src: []const u8) Error!void {
+        try buffer.checkWritable();
         try buffer.checkRange(offset_bytes, src.len);
         try buffer.checkIdle();
         try buffer.device.copyIn(buffer.rootMemory(), buffer.offsetBytes() + offset_bytes, src);

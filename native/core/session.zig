@@ -75,6 +75,7 @@ pub const Session = struct {
     /// Emits a barrier on a conflict with the ranges recorded since the last one.
     pub fn barrierBetween(session: *Session, reads: []const *Buffer, writes: []const *Buffer) Error!void {
         std.debug.assert(reads.len <= max_declared_buffers and writes.len <= max_declared_buffers);
+        for (writes) |w| try w.checkWritable();
         var conflict = false;
         for (reads) |r| conflict = conflict or contains(session.writes[0..session.writes_len], r.root()); // RAW
         for (writes) |w| {

@@ -12,10 +12,12 @@ pub const Status = enum(i32) {
     unsupported = 6,
     busy = 7,
     backend = 8,
+    /// A file could not be opened or mapped, or changed under its mapping.
+    io = 9,
 };
 
 /// The error set every native function uses internally; `fail` maps each to a Status.
-pub const Error = error{ InvalidArgument, BadHandle, OutOfBounds, Overflow, OutOfMemory, Unsupported, Busy, Backend };
+pub const Error = error{ InvalidArgument, BadHandle, OutOfBounds, Overflow, OutOfMemory, Unsupported, Busy, Backend, Io };
 
 pub fn status(err: Error) Status {
     return switch (err) {
@@ -27,6 +29,7 @@ pub fn status(err: Error) Status {
         error.Unsupported => .unsupported,
         error.Busy => .busy,
         error.Backend => .backend,
+        error.Io => .io,
     };
 }
 

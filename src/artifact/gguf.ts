@@ -1,20 +1,20 @@
 // GGUF reader (versions 2 and 3, little-endian), after ggml docs/gguf.md.
 //
-// The file is mapped with Bun.mmap and parsed in place: tensor data never enters the JS heap,
-// callers get zero-copy subarrays of the mapping. One Bun mapping holds at most 4 GiB, so for
-// bigger files (real Gemma 4 GGUFs are ~16 GB) the header is parsed from the first 4 GiB and
-// a tensor beyond that gets its own mapping window when it is asked for.
+// The file is mapped read-only by the native library (file.ts) and parsed in place: tensor
+// data never enters the JS heap. One JS window holds at most 4 GiB, so for bigger files (real
+// Gemma 4 GGUFs are ~16 GB) the header is parsed from the first 4 GiB and a tensor past that
+// gets its own window when it is asked for; device buffers over the file have no such limit.
 //
 // Every count, length and offset read from the file is checked against the bytes that remain
 // before it is used, so a damaged or hostile file ends in a GgufError, never in a crash, an
 // out-of-bounds read or an allocation the file's own size does not bound.
 //
-// Tensors of ggml types lmhead does not know (formatInfo() is undefined, e.g. Q4_1 or I32) are
-// still parsed: their offset must be aligned and inside the file, but their size is unknown
-// (`bytes: null`), so their end cannot be checked. Asking for their data is an error.
-import { statSync, type Stats } from "node:fs";
+// Every tensor's extent is checked against the file, whatever its type: the native ggml type
+// table knows the block size of every type ggml defines, including those lmhead only skips
+// (Q4_1, I32, ...). An invalid or removed type id is an error, as in gguf-py and llama.cpp.
 import { LmheadError } from "../errors.ts";
-import { formatInfo } from "../formats.ts";
+import { rowBytes } from "../formats.ts";
+import { MAX_WINDOW_BYTES, MappedFile } from "./file.ts";
 
 export type GgufErrorKind =
   | "io"
@@ -96,8 +96,8 @@ export interface GgufTensor {
   dims: number[];
   /** Absolute byte offset of the data in the file. */
   fileOffset: number;
-  /** Data size in bytes; null when lmhead does not know the type's block size. */
-  bytes: number | null;
+  /** Data size in bytes. */
+  bytes: number;
 }
 
 export interface GgufFile {
@@ -113,18 +113,13 @@ export interface GgufFile {
   /** Absolute byte offset of the tensor data section. */
   dataOffset: number;
   /**
-   * The file's first min(fileBytes, 4 GiB) bytes (all of it for files up to 4 GiB). Views made
-   * by tensorData keep their own mapping alive; this one backs the metadata and small tensors.
+   * The file's first min(fileBytes, 4 GiB) bytes (all of it for files up to 4 GiB), read-only:
+   * it backs the metadata and the tensors in that range. Every window keeps its mapping alive.
    */
   mapping: Uint8Array;
 }
 
 const MAGIC = 0x46554747; // "GGUF" read as little-endian u32
-// Bun.mmap cannot make a Uint8Array over more than 4 GiB (Bun 1.4.5: "RangeError: Out of
-// memory" from 2^32 + 1 bytes on), so that is the largest single window.
-const MAX_MAP_BYTES = 2 ** 32;
-// Window starts are rounded down to this, a multiple of every OS page size.
-const WINDOW_ALIGN = 65536;
 const DEFAULT_ALIGNMENT = 32;
 const MAX_DIMS = 4;
 // Arrays of arrays recurse; a file could nest thousands deep in a few kilobytes.
@@ -382,16 +377,18 @@ function readTensorInfo(c: Cursor, index: number, fileBytes: number): RawTensor 
   return { name, typeId, dims, relOffset };
 }
 
-/** Bytes of a tensor of a known type, or a GgufError if its rows are not whole blocks. */
-function knownTensorBytes(c: Cursor, t: RawTensor): number | null {
-  const f = formatInfo(t.typeId);
-  if (f === undefined) return null;
-  const rowValues = t.dims.length > 0 ? t.dims[0] : 1;
-  if (rowValues % f.blockValues !== 0) {
-    c.fail("dims", `tensor '${t.name}': row of ${rowValues} values is not a whole number of ${f.name} blocks (${f.blockValues})`);
+/** Bytes of a tensor of ggml type typeId with dims `dims` (row first); throws rowBytes's LmheadError. */
+export function tensorBytes(typeId: number, dims: readonly number[]): number {
+  return dims.slice(1).reduce((a, b) => a * b, rowBytes(typeId, dims.length > 0 ? dims[0]! : 1)); // < 2^53, see MAX_VALUES_PER_FILE_BYTE
+}
+
+/** tensorBytes, or a GgufError if the type id is invalid or removed or the rows are not whole blocks. */
+function checkedTensorBytes(c: Cursor, t: RawTensor): number {
+  try {
+    return tensorBytes(t.typeId, t.dims);
+  } catch (e) {
+    return c.fail((e as LmheadError).code === "unsupported" ? "type" : "dims", `tensor '${t.name}': ${(e as Error).message}`);
   }
-  const values = t.dims.reduce((a, b) => a * b, 1); // < 2^53, see MAX_VALUES_PER_FILE_BYTE
-  return (values / f.blockValues) * f.blockBytes;
 }
 
 /** Parses GGUF bytes already in memory (a mapping, or a buffer in tests). */
@@ -442,82 +439,54 @@ function parse(bytes: Uint8Array, file: string, fileBytes: number): GgufFile {
     if (t.relOffset % BigInt(alignment) !== 0n) {
       c.fail("misaligned", `misaligned tensor offset ${t.relOffset} for '${t.name}' (alignment ${alignment})`);
     }
-    const bytes = knownTensorBytes(c, t);
+    const bytes = checkedTensorBytes(c, t);
     const start = BigInt(dataOffset) + t.relOffset;
-    if (start + BigInt(bytes ?? 0) > BigInt(fileBytes)) {
-      c.fail("past-end", `tensor data past end of file: '${t.name}' needs bytes ${start}..${start + BigInt(bytes ?? 0)} of ${fileBytes}`);
+    if (start + BigInt(bytes) > BigInt(fileBytes)) {
+      c.fail("past-end", `tensor data past end of file: '${t.name}' needs bytes ${start}..${start + BigInt(bytes)} of ${fileBytes}`);
     }
     tensors.set(t.name, { name: t.name, typeId: t.typeId, dims: t.dims, fileOffset: Number(start), bytes });
   }
   return { file, fileBytes, version, alignment, metadata, tensors, dataOffset, mapping: bytes };
 }
 
-// How to map tensors that lie past gguf.mapping (only files over 4 GiB have such tensors).
-const windowMappers = new WeakMap<GgufFile, (t: GgufTensor, bytes: number) => Uint8Array>();
+// The mapped file of each GgufFile that readGguf made (parseGguf's have none), and the windows
+// made for tensors past gguf.mapping, by name.
+const mappedFiles = new WeakMap<GgufFile, { file: MappedFile; windows: Map<string, Uint8Array> }>();
 
-/**
- * Maps and parses a GGUF file. Mappings are private (copy-on-write), so a stray write through
- * a view never reaches the file. Never truncate a file in place while it is mapped: touching
- * a mapped page past the new end kills the process (SIGBUS); replace files by rename instead.
- */
-export function readGguf(path: string): GgufFile {
-  let identity: string;
-  let size: number;
+/** Opens `path` read-only, or throws a GgufError ("io") saying why it cannot. */
+export function openGgufFile(path: string): MappedFile {
   try {
-    const st = statSync(path);
-    if (!st.isFile()) throw new Error("not a regular file");
-    size = st.size;
-    identity = fileIdentity(st);
+    return MappedFile.open(path);
   } catch (e) {
-    throw new GgufError(path, "io", `cannot open: ${(e as Error).message}`);
+    throw new GgufError(path, "io", (e as Error).message);
   }
-  // Bun.mmap rejects empty files; report that as what it is.
-  if (size === 0) throw new GgufError(path, "truncated", "truncated reading header (empty file)");
-  const gguf = parse(mapRange(path, 0, Math.min(size, MAX_MAP_BYTES)), path, size);
-  const views = new Map<string, Uint8Array>();
-  windowMappers.set(gguf, (t, bytes) => {
-    const cached = views.get(t.name);
-    if (cached !== undefined) return cached;
-    const start = Math.floor(t.fileOffset / WINDOW_ALIGN) * WINDOW_ALIGN;
-    const windowBytes = t.fileOffset + bytes - start;
-    if (windowBytes > MAX_MAP_BYTES) {
-      throw new GgufError(path, "io", `tensor '${t.name}' needs a ${windowBytes}-byte mapping; one mapping holds at most ${MAX_MAP_BYTES}`);
-    }
-    // The window is mapped by path: make sure it is still the file the header came from.
-    if (fileIdentity(statSync(path)) !== identity) throw new GgufError(path, "io", "the file changed after its header was read");
-    const window = mapRange(path, start, windowBytes);
-    const view = window.subarray(t.fileOffset - start, t.fileOffset - start + bytes);
-    views.set(t.name, view);
-    return view;
-  });
+}
+
+/** Maps and parses a GGUF file. The mapping lives while the result or any view into it does. */
+export function readGguf(path: string): GgufFile {
+  return parseMapped(openGgufFile(path));
+}
+
+/** Parses an open file; the result keeps the file open (and mapped) while it is reachable. */
+export function parseMapped(file: MappedFile): GgufFile {
+  if (file.bytes === 0) throw new GgufError(file.path, "truncated", "truncated reading header (empty file)");
+  const gguf = parse(file.window(0, Math.min(file.bytes, MAX_WINDOW_BYTES)), file.path, file.bytes);
+  mappedFiles.set(gguf, { file, windows: new Map() });
   return gguf;
 }
 
-function fileIdentity(st: Stats): string {
-  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
-}
-
-/** A private (copy-on-write) mapping of `bytes` bytes at `offset`: stray writes never reach the file. */
-function mapRange(path: string, offset: number, bytes: number): Uint8Array {
-  let m: Uint8Array;
-  try {
-    m = Bun.mmap(path, { shared: false, offset, size: bytes });
-  } catch (e) {
-    throw new GgufError(path, "io", `cannot map ${bytes} bytes at ${offset}: ${(e as Error).message}`);
-  }
-  if (m.byteLength !== bytes) throw new GgufError(path, "io", `mapped ${m.byteLength} bytes at ${offset}, expected ${bytes} (file changed?)`);
-  return m;
-}
-
-/** Zero-copy view of a tensor's data (it keeps its mapping alive). */
+/** Zero-copy read-only view of a tensor's data (it keeps its mapping alive). Never write through it. */
 export function tensorData(gguf: GgufFile, t: GgufTensor): Uint8Array {
-  if (t.bytes === null) {
-    throw new GgufError(gguf.file, "type", `tensor '${t.name}' has ggml type ${t.typeId}, whose size lmhead does not know`);
-  }
   if (t.fileOffset + t.bytes <= gguf.mapping.byteLength) return gguf.mapping.subarray(t.fileOffset, t.fileOffset + t.bytes);
-  const mapper = windowMappers.get(gguf);
-  if (mapper === undefined) throw new GgufError(gguf.file, "past-end", `tensor '${t.name}' lies past the bytes given`);
-  return mapper(t, t.bytes);
+  const { file, windows } = mappedFiles.get(gguf) ?? fail(gguf, "past-end", `tensor '${t.name}' lies past the bytes given`);
+  if (t.bytes > MAX_WINDOW_BYTES) fail(gguf, "io", `tensor '${t.name}' needs a ${t.bytes}-byte window; one window holds at most ${MAX_WINDOW_BYTES}`);
+  const window = windows.get(t.name) ?? file.window(t.fileOffset, t.bytes);
+  windows.set(t.name, window);
+  return window;
+}
+
+function fail(gguf: GgufFile, kind: GgufErrorKind, problem: string): never {
+  throw new GgufError(gguf.file, kind, problem);
 }
 
 /** A scalar numeric metadata value as a JS number (u64/i64 only if exactly representable). */

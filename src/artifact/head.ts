@@ -2,8 +2,8 @@
 // final norm weight, lm_head weight in its stored type (tied to token_embd when there is no
 // output.weight: same bytes, no copy, no √hidden scaling), eps and the optional softcap.
 import { LmheadError } from "../errors.ts";
-import { formatInfo, type FormatInfo } from "../formats.ts";
-import { metaNumber, metaString, readGguf, tensorData, type GgufFile, type GgufTensor } from "./gguf.ts";
+import { admitHead, formatInfo, typeInfo, type FormatInfo } from "../formats.ts";
+import { metaNumber, metaString, readGguf, type GgufFile, type GgufTensor } from "./gguf.ts";
 
 /** A structurally valid GGUF that is not a usable head artifact. */
 export class ArtifactError extends LmheadError {
@@ -24,19 +24,29 @@ export interface ResolvedHead {
   arch: string;
   hidden: number;
   vocab: number;
+  /** As f32, the value the kernels compute with. */
   eps: number;
-  /** null: no softcap step. */
+  /** As f32; null: no softcap step. */
   softcap: number | null;
-  norm: { name: string; bytes: Uint8Array };
-  head: { name: string; typeId: number; format: FormatInfo; bytes: Uint8Array; tied: boolean };
-  /** Owner of the mapping that `norm.bytes` and `head.bytes` view; keep it alive while they are used. */
-  mapping: Uint8Array;
+  norm: GgufTensor;
+  head: GgufTensor & { format: FormatInfo; tied: boolean };
+  /**
+   * Rows of the token embedding, for hidden-row sources that start from a token: the head when
+   * tied, token_embd.weight when untied and decodable (with at least the head's vocab, so every
+   * token the head can produce has one), else the head's own rows.
+   */
+  embedding: { tensor: GgufTensor; format: FormatInfo; vocab: number };
+  /** The parsed file the tensors belong to (tensorData reads them). */
+  gguf: GgufFile;
 }
 
 const NORM = "output_norm.weight";
 const OUTPUT = "output.weight";
 const TOKEN_EMBD = "token_embd.weight";
 const F32 = 0;
+// The smallest positive normal and the largest finite f32.
+const MIN_NORMAL_F32 = 2 ** -126;
+const MAX_F32 = Math.fround(3.4028234663852886e38);
 
 export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHead {
   const file = gguf.file;
@@ -47,32 +57,27 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
   const arch = metaString(gguf, "general.architecture") ?? fail("missing metadata 'general.architecture'");
 
   const epsKey = `${arch}.attention.layer_norm_rms_epsilon`;
-  const eps = metaNumber(gguf, epsKey) ?? fail(`missing metadata '${epsKey}'`);
-  if (!Number.isFinite(eps) || eps <= 0) fail(`'${epsKey}' is ${eps}, expected a finite value > 0`);
+  const eps = positiveF32(epsKey, metaNumber(gguf, epsKey) ?? fail(`missing metadata '${epsKey}'`), fail);
 
   // Gemma 4 without the softcap key once ran silently uncapped (§8.8), so there it must be explicit.
   const capKey = `${arch}.final_logit_softcapping`;
   const cap = metaNumber(gguf, capKey);
-  let softcap: number | null = null;
-  if (cap !== undefined) {
-    if (!Number.isFinite(cap) || cap <= 0) fail(`'${capKey}' is ${cap}, expected a finite value > 0`);
-    softcap = cap;
-  } else if (arch === "gemma4" && !opts.allowMissingSoftcap) {
+  const softcap = cap === undefined ? null : positiveF32(capKey, cap, fail);
+  if (cap === undefined && arch === "gemma4" && !opts.allowMissingSoftcap) {
     fail(`missing metadata '${capKey}' (a gemma4 head is softcapped; pass allowMissingSoftcap to run without)`);
   }
 
   const output = gguf.tensors.get(OUTPUT);
   const headTensor = output ?? gguf.tensors.get(TOKEN_EMBD) ?? fail(`neither '${OUTPUT}' nor '${TOKEN_EMBD}' is in the file`);
   const tied = output === undefined;
-  const format = formatInfo(headTensor.typeId) ?? fail(`'${headTensor.name}' has ggml type ${headTensor.typeId}, which lmhead does not know`);
-  if (tied && !format.tiedHead) {
-    fail(`tied head '${TOKEN_EMBD}' is stored as ${format.name}, which is not admitted for a tied head (hf2q rejects stored ${format.name} embeddings)`);
-  }
-  if (!tied && !format.head) fail(`'${OUTPUT}' is stored as ${format.name}, which is not admitted for the head`);
   if (headTensor.dims.length !== 2) fail(`'${headTensor.name}' must be rank 2 [hidden, vocab], has dims ${dimsText(headTensor)}`);
-  const [hidden, vocab] = headTensor.dims;
-  if (hidden === 0 || vocab === 0) fail(`'${headTensor.name}' has an empty dimension ${dimsText(headTensor)}`);
-  if (hidden % format.blockValues !== 0) fail(`hidden ${hidden} is not a multiple of the ${format.name} block (${format.blockValues})`);
+  const [hidden, vocab] = headTensor.dims as [number, number];
+  try {
+    admitHead(headTensor.typeId, hidden, vocab, headTensor.bytes, tied);
+  } catch (e) {
+    fail(`'${headTensor.name}' ${dimsText(headTensor)}: ${(e as Error).message}`);
+  }
+  const format = formatInfo(headTensor.typeId)!;
 
   const declaredHidden = metaNumber(gguf, `${arch}.embedding_length`);
   if (declaredHidden !== undefined && declaredHidden !== hidden) {
@@ -81,7 +86,7 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
 
   const norm = gguf.tensors.get(NORM) ?? fail(`missing tensor '${NORM}'`);
   if (norm.typeId !== F32) {
-    fail(`'${NORM}' must have exact F32 storage, found ${formatInfo(norm.typeId)?.name ?? `ggml type ${norm.typeId}`}`);
+    fail(`'${NORM}' must have exact F32 storage, found ${typeInfo(norm.typeId)?.name ?? `ggml type ${norm.typeId}`}`);
   }
   if (norm.dims.length !== 1 || norm.dims[0] !== hidden) fail(`'${NORM}' must be [${hidden}], has dims ${dimsText(norm)}`);
 
@@ -91,17 +96,32 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
     if (t.fileOffset % 4 !== 0) fail(`'${t.name}' data is not 4-byte aligned (general.alignment ${gguf.alignment})`);
   }
 
-  return {
-    file,
-    arch,
-    hidden,
-    vocab,
-    eps,
-    softcap,
-    norm: { name: NORM, bytes: tensorData(gguf, norm) },
-    head: { name: headTensor.name, typeId: headTensor.typeId, format, bytes: tensorData(gguf, headTensor), tied },
-    mapping: gguf.mapping,
-  };
+  const head = { ...headTensor, format, tied };
+  return { file, arch, hidden, vocab, eps, softcap, norm, head, embedding: resolveEmbedding(gguf, head, vocab, fail), gguf };
+}
+
+/** A positive metadata number as the f32 the kernels use: refused if f32 makes it 0, subnormal or infinite. */
+function positiveF32(key: string, value: number, fail: (problem: string) => never): number {
+  const f = Math.fround(value);
+  if (!(f >= MIN_NORMAL_F32 && f <= MAX_F32)) {
+    const asF32 = f === value ? "" : ` (${f} as f32, the precision lmhead computes in)`;
+    fail(`'${key}' is ${value}${asF32}, expected a finite value > 0 that f32 holds as a normal number`);
+  }
+  return f;
+}
+
+function resolveEmbedding(gguf: GgufFile, head: ResolvedHead["head"], vocab: number, fail: (problem: string) => never): ResolvedHead["embedding"] {
+  const headRows = { tensor: head, format: head.format, vocab };
+  const embd = gguf.tensors.get(TOKEN_EMBD);
+  if (head.tied || embd === undefined) return headRows;
+  const format = formatInfo(embd.typeId);
+  // A table lmhead cannot decode, or not of the head's rows, is not used: the head's rows stand in.
+  if (format === undefined || embd.dims.length !== 2 || embd.dims[0] !== head.dims[0]) return headRows;
+  const rows = embd.dims[1]!;
+  if (rows < vocab) {
+    fail(`'${TOKEN_EMBD}' has ${rows} rows but '${OUTPUT}' has vocab ${vocab}: tokens ${rows}..${vocab - 1}, which the head can produce, would have no embedding`);
+  }
+  return { tensor: embd, format, vocab: rows };
 }
 
 /** Maps `path` and resolves its head. */

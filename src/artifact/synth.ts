@@ -3,7 +3,7 @@
 // Quantized blocks are random bytes (random codes and sub-block scales) with their f16 scale
 // fields (at the table's dOffset/mOffset) overwritten by finite values chosen so dequantized
 // weights have an RMS near `rms`; with RMS-normed inputs, logits then come out O(1–10).
-import { formatInfo, type FormatInfo } from "../formats.ts";
+import { formatInfo, rowBytes, type FormatInfo } from "../formats.ts";
 import { Rng } from "../random.ts";
 
 export { Rng };
@@ -47,9 +47,8 @@ function knownFormat(typeId: number): FormatInfo {
 /** Bytes for `values` weights of `typeId` (values must be whole blocks). Written into `out` if given. */
 export function synthBlocks(typeId: number, values: number, rng: Rng, opts: SynthOptions = {}, out?: Uint8Array): Uint8Array {
   const f = knownFormat(typeId);
-  if (values % f.blockValues !== 0) throw new Error(`synth: ${values} values is not whole ${f.name} blocks (${f.blockValues})`);
+  const bytes = rowBytes(typeId, values);
   const blocks = values / f.blockValues;
-  const bytes = blocks * f.blockBytes;
   const dst = out ?? new Uint8Array(bytes);
   if (dst.byteLength !== bytes) throw new Error(`synth: output has ${dst.byteLength} bytes, ${f.name} needs ${bytes}`);
   const rms = opts.rms ?? 0.05;

@@ -5,8 +5,8 @@
 // exists as one JS buffer. Tensor offsets follow gguf-py's layout: each tensor starts at the
 // next multiple of the alignment after the previous one, and the data section starts aligned.
 import { closeSync, fsyncSync, openSync, writeSync } from "node:fs";
-import { formatInfo } from "../formats.ts";
-import { ValueType, type GgufArray, type GgufValue } from "./gguf.ts";
+import { typeInfo } from "../formats.ts";
+import { tensorBytes, ValueType, type GgufArray, type GgufValue } from "./gguf.ts";
 
 /** Growable little-endian byte buffer (also used by tests to craft raw, even broken, files). */
 export class ByteBuilder {
@@ -199,19 +199,16 @@ function dataBytes(d: TensorData): number {
   return d instanceof Uint8Array ? d.byteLength : d.bytes;
 }
 
-/**
- * Checks a tensor's declared data size against its type and dims. For types lmhead does not
- * know, the size can't be derived, so whatever data is given is written as is.
- */
+/** Checks a tensor's declared data size against its type and dims (the native ggml type table). */
 function checkTensor(t: TensorSource): void {
-  const f = formatInfo(t.typeId);
-  if (f === undefined) return;
-  const values = t.dims.reduce((a, b) => a * b, 1);
-  const rowValues = t.dims.length > 0 ? t.dims[0] : 1;
-  if (rowValues % f.blockValues !== 0) throw new Error(`tensor '${t.name}': row of ${rowValues} values is not whole ${f.name} blocks`);
-  const want = (values / f.blockValues) * f.blockBytes;
+  let want: number;
+  try {
+    want = tensorBytes(t.typeId, t.dims);
+  } catch (e) {
+    throw new Error(`tensor '${t.name}': ${(e as Error).message}`);
+  }
   if (dataBytes(t.data) !== want) {
-    throw new Error(`tensor '${t.name}': ${dataBytes(t.data)} data bytes given, ${f.name} ${JSON.stringify(t.dims)} needs ${want}`);
+    throw new Error(`tensor '${t.name}': ${dataBytes(t.data)} data bytes given, ${typeInfo(t.typeId)!.name} ${JSON.stringify(t.dims)} needs ${want}`);
   }
 }
 

@@ -1,0 +1,90 @@
+//! Model files through the C ABI: a buffer over a read-only mapping is readable, keeps the
+//! mapping alive after the file handle closes, and refuses every writer instead of faulting.
+const std = @import("std");
+const status = @import("core/status.zig");
+
+// The exports of root.zig, linked into the test binary, called as a C user would.
+const root = struct {
+    extern fn lmh_device_open(kind: u32, handle_out: ?*u64) i32;
+    extern fn lmh_device_close(device: u64) i32;
+    extern fn lmh_file_open(path: ?[*]const u8, path_bytes: u64, handle_out: ?*u64, info_out: ?*[2]u64) i32;
+    extern fn lmh_file_check(file: u64) i32;
+    extern fn lmh_file_close(file: u64) i32;
+    extern fn lmh_buffer_wrap_file(device: u64, file: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32;
+    extern fn lmh_buffer_view(buffer: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32;
+    extern fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) i32;
+    extern fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) i32;
+    extern fn lmh_buffer_free(buffer: u64) i32;
+    extern fn lmh_session_begin(device: u64, handle_out: ?*u64) i32;
+    extern fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32;
+    extern fn lmh_session_barrier_between(session: u64, reads: ?[*]const u64, read_count: u32, writes: ?[*]const u64, write_count: u32) i32;
+    extern fn lmh_session_abort(session: u64) i32;
+};
+
+fn ok(rc: i32) !void {
+    if (rc != 0) {
+        std.debug.print("status {d}: {s}\n", .{ rc, status.message() });
+        return error.TestUnexpectedStatus;
+    }
+}
+
+fn expectStatus(want: status.Status, rc: i32) !void {
+    try std.testing.expectEqual(@intFromEnum(want), rc);
+}
+
+test "a buffer over a mapped file: read-only, refused as an output, alive after the file closes" {
+    const io = std.testing.io;
+    var tmp = std.testing.tmpDir(.{});
+    defer tmp.cleanup();
+    var data: [64]u8 = undefined;
+    for (&data, 0..) |*b, i| b.* = @intCast(i);
+    try tmp.dir.writeFile(io, .{ .sub_path = "w.bin", .data = &data });
+    var path_buffer: [std.posix.PATH_MAX]u8 = undefined;
+    const path = path_buffer[0..try tmp.dir.realPathFile(io, "w.bin", &path_buffer)];
+
+    var device: u64 = 0;
+    try ok(root.lmh_device_open(0, &device));
+    defer _ = root.lmh_device_close(device);
+    var file: u64 = 0;
+    var info: [2]u64 = undefined;
+    try ok(root.lmh_file_open(path.ptr, path.len, &file, &info));
+    try std.testing.expectEqual(@as(u64, 64), info[0]);
+    try ok(root.lmh_file_check(file));
+
+    var buffer: u64 = 0;
+    try ok(root.lmh_buffer_wrap_file(device, file, 16, 32, &buffer));
+    try expectStatus(.out_of_bounds, root.lmh_buffer_wrap_file(device, file, 48, 32, &buffer));
+    try expectStatus(.overflow, root.lmh_buffer_wrap_file(device, file, std.math.maxInt(u64), 2, &buffer));
+    try ok(root.lmh_file_close(file));
+    try expectStatus(.bad_handle, root.lmh_file_check(file));
+
+    // The buffer still reads the file's bytes: it holds its own reference to the mapping.
+    var got: [32]u8 = undefined;
+    try ok(root.lmh_buffer_read(buffer, 0, &got, got.len));
+    try std.testing.expectEqualSlices(u8, data[16..48], &got);
+
+    // Writers are refused, not faulted: host writes, views of it, kernel outputs.
+    try expectStatus(.invalid_argument, root.lmh_buffer_write(buffer, 0, &got, 4));
+    var view: u64 = 0;
+    try ok(root.lmh_buffer_view(buffer, 4, 8, &view));
+    try expectStatus(.invalid_argument, root.lmh_buffer_write(view, 0, &got, 4));
+    var session: u64 = 0;
+    try ok(root.lmh_session_begin(device, &session));
+    try expectStatus(.invalid_argument, root.lmh_session_softcap(session, buffer, 8, 30));
+    const writes = [_]u64{view};
+    try expectStatus(.invalid_argument, root.lmh_session_barrier_between(session, null, 0, &writes, 1));
+    try ok(root.lmh_session_abort(session));
+    try ok(root.lmh_buffer_free(view));
+    try ok(root.lmh_buffer_free(buffer));
+}
+
+test "opening what is not a readable regular file is an io error" {
+    var file: u64 = 0;
+    var info: [2]u64 = undefined;
+    const missing = "/nonexistent/lmhead/model.gguf";
+    try expectStatus(.io, root.lmh_file_open(missing, missing.len, &file, &info));
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "no such file") != null);
+    try expectStatus(.io, root.lmh_file_open("/", 1, &file, &info));
+    try expectStatus(.invalid_argument, root.lmh_file_open(null, 4, &file, &info));
+    try expectStatus(.invalid_argument, root.lmh_file_open("/", 1 << 20, &file, &info));
+}
