@@ -92,6 +92,8 @@ test("forgotten devices share one thread pool and are reclaimed by the collector
     console.log(JSON.stringify({ extra: most - base, pool: first.threads }));`;
   const { code, stdout, stderr } = await child(script);
   expect({ code, stderr: code === 0 ? "" : stderr }).toEqual({ code: 0, stderr: "" });
+  // A pool per device would add a thread per worker per device still alive (about 100 a
+  // round); Bun's own runtime may start a few threads of its own meanwhile.
   const { extra } = JSON.parse(stdout.trim());
-  expect(extra).toBe(0);
+  expect(extra).toBeLessThan(16);
 });
