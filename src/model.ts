@@ -45,27 +45,6 @@ export interface LoadOptions extends HeadOptions {
   copy?: boolean;
 }
 
-/** Weights over a mapped file: every call checks first that the file was not changed in place. */
-class FileBackedWeights extends MlxModelWeights {
-  constructor(
-    device: MlxDevice,
-    weights: HeadWeights,
-    private readonly file: MappedFile,
-  ) {
-    super(device, weights);
-  }
-
-  override lmHeadBatched(...args: Parameters<MlxModelWeights["lmHeadBatched"]>): ReturnType<MlxModelWeights["lmHeadBatched"]> {
-    this.file.check();
-    return super.lmHeadBatched(...args);
-  }
-
-  override encodeLmHeadInto(...args: Parameters<MlxModelWeights["encodeLmHeadInto"]>): ReturnType<MlxModelWeights["encodeLmHeadInto"]> {
-    this.file.check();
-    return super.encodeLmHeadInto(...args);
-  }
-}
-
 /** Loads the head of `path`, or of the built-in default artifact when path is null. */
 export async function loadModel(device: MlxDevice, path: string | null, opts: LoadOptions = {}): Promise<Model> {
   const file = openGgufFile(path ?? (await defaultArtifactPath()));
@@ -89,10 +68,11 @@ export async function loadModel(device: MlxDevice, path: string | null, opts: Lo
       finalLogitSoftcapping: resolved.softcap,
       rmsNormEps: resolved.eps,
     };
-    weights = opts.copy ? new MlxModelWeights(device, spec) : new FileBackedWeights(device, spec, file);
+    // Over the mapping, every session and host read checks natively that the file is unchanged.
+    weights = new MlxModelWeights(device, spec);
     const { tensor, format, vocab } = resolved.embedding;
     const table = tensor === resolved.head ? head : buffer(tensor);
-    const embedding = embeddingTable(table, format.id, resolved.hidden, vocab, opts.copy ? null : file);
+    const embedding = embeddingTable(table, format.id, resolved.hidden, vocab);
     if (opts.copy) file.close();
     return modelOf(weights, embedding, buffers, file, resolved);
   } catch (e) {
@@ -111,7 +91,7 @@ function copyTensor(device: MlxDevice, file: MappedFile, t: GgufTensor): MlxBuff
   return copy;
 }
 
-function embeddingTable(table: MlxBuffer, typeId: number, hidden: number, vocab: number, file: MappedFile | null): EmbeddingTable {
+function embeddingTable(table: MlxBuffer, typeId: number, hidden: number, vocab: number): EmbeddingTable {
   // One row's stored bytes, reused: a decode loop asks for a row per slot per step.
   const stored = new Uint8Array(rowBytes(typeId, hidden));
   return {
@@ -120,8 +100,7 @@ function embeddingTable(table: MlxBuffer, typeId: number, hidden: number, vocab:
     typeId,
     row(token: number, out?: Float32Array): Float32Array {
       if (!Number.isInteger(token) || token < 0 || token >= vocab) throw new LmheadError("out_of_bounds", `token ${token} outside [0, ${vocab})`);
-      file?.check();
-      table.readInto(stored, token * stored.byteLength);
+      table.readInto(stored, token * stored.byteLength); // fails cleanly if the file changed in place
       return dequantize(typeId, stored, out);
     },
   };

@@ -157,10 +157,17 @@ pub const Buffer = struct {
         try buffer.device.copyIn(buffer.rootMemory(), buffer.offsetBytes() + offset_bytes, src);
     }
 
-    /// Buffer → host, after the range and idle checks.
+    /// Over a mapped file: fails if the file changed in place since it was opened (reading
+    /// a truncated mapping would be a SIGBUS). Called before every read of file pages.
+    pub fn checkFile(buffer: *Buffer) Error!void {
+        if (buffer.root().file) |file| try file.checkUnchanged();
+    }
+
+    /// Buffer → host, after the range, idle and file checks.
     pub fn copyOut(buffer: *Buffer, offset_bytes: u64, dst: []u8) Error!void {
         try buffer.checkRange(offset_bytes, dst.len);
         try buffer.checkIdle();
+        try buffer.checkFile();
         try buffer.device.copyOut(buffer.rootMemory(), buffer.offsetBytes() + offset_bytes, dst);
     }
 

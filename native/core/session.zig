@@ -144,6 +144,10 @@ pub const Session = struct {
         defer session.close();
         session.ended = true;
         defer session.dropCommands();
+        for (session.commands.items) |*command| {
+            var scratch: [Command.max_buffers]*Buffer = undefined;
+            for (command.buffers(&scratch)) |b| try b.checkFile();
+        }
         try session.device.execute(session.commands.items);
     }
 
