@@ -38,9 +38,53 @@ pub fn build(b: *std.Build) void {
     addLevelNames(b, test_module, &.{"target"});
     // Fixture of native/numerics/formats.zig (gguf-py dequantization, see scripts/make_format_fixtures.py).
     test_module.addAnonymousImport("formats_fixture", .{ .root_source_file = b.path("test/fixtures/formats.bin") });
+    // The Metal kernel sources live in metal/, outside the modules' folder: named imports
+    // let native/kernels/sources.zig embed them.
+    for ([_]*std.Build.Module{ root, test_module }) |module| {
+        module.addAnonymousImport("metal_prelude", .{ .root_source_file = b.path("metal/prelude.metal") });
+        module.addAnonymousImport("metal_entries", .{ .root_source_file = b.path("metal/entries.metal") });
+    }
+    addEmulator(b, test_module);
     const tests = b.addTest(.{ .root_module = test_module });
     const run_tests = b.addRunArtifact(tests);
-    b.step("test", "Run the Zig unit tests").dependOn(&run_tests.step);
+    const test_step = b.step("test", "Run the Zig unit tests");
+    test_step.dependOn(&run_tests.step);
+    test_step.dependOn(&checkSyntax(b, "cuda", &.{"-std=c++17"}).step);
+    test_step.dependOn(&checkSyntax(b, "metal", &.{"-std=c++14"}).step);
+}
+
+/// The host emulator of the GPU kernel source (native/kernels/host/emulator.c), twice: with
+/// the source's default tuning, and under a second symbol prefix with another tuning, so the
+/// tests can show that tuning changes no bit.
+fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
+    const flags = [_][]const u8{ "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas" };
+    const source = b.path("native/kernels/host/emulator.c");
+    module.addCSourceFile(.{ .file = source, .flags = &flags });
+    const retuned = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_retuned", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_ROWS_PER_PASS=8u" };
+    module.addCSourceFile(.{ .file = source, .flags = &(flags ++ retuned) });
+}
+
+/// Checks that a GPU target's kernel source (prelude, params.h, kernels.h, entries, in the
+/// order native/kernels/sources.zig joins them) is valid C++, with stub declarations of the
+/// vendor builtins (native/kernels/host/stubs): no CUDA toolkit or Metal compiler runs here.
+fn checkSyntax(b: *std.Build, comptime target: []const u8, standard: []const []const u8) *std.Build.Step.Run {
+    const is_cuda = std.mem.eql(u8, target, "cuda");
+    const run = b.addSystemCommand(&.{ b.graph.zig_exe, "clang", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas", "-Wno-unused-function" });
+    run.setName("check " ++ target ++ " kernel source syntax");
+    run.addArgs(standard);
+    if (is_cuda) {
+        run.addPrefixedFileArg("-include", b.path("native/kernels/host/stubs/cuda.h"));
+        run.addPrefixedFileArg("-include", b.path("native/backends/cuda/prelude.cuh"));
+    } else {
+        run.addArg("-Wno-unknown-attributes"); // [[buffer(0)]] and the other Metal attributes
+        run.addPrefixedDirectoryArg("-I", b.path("native/kernels/host/stubs/metal"));
+        run.addPrefixedFileArg("-include", b.path("metal/prelude.metal"));
+    }
+    run.addPrefixedFileArg("-include", b.path("native/kernels/params.h"));
+    run.addPrefixedFileArg("-include", b.path("native/kernels/kernels.h"));
+    run.addArgs(&.{ "-x", "c++" });
+    run.addFileArg(b.path(if (is_cuda) "native/backends/cuda/entries.cu" else "metal/entries.metal"));
+    return run;
 }
 
 /// A CPU level of the kernels: a model, plus and minus some features.

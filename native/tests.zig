@@ -6,4 +6,5 @@ test {
     _ = @import("numerics/math.zig");
     _ = @import("numerics/flush.zig");
     _ = @import("backends/cpu/float_env.zig");
+    _ = @import("kernels/emulator.zig");
 }

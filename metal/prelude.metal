@@ -1,0 +1,39 @@
+#pragma METAL fp contract(off)
+// The Metal target of the kernel source (native/kernels/kernels.h). The backend compiles
+// prelude.metal, params.h, kernels.h and entries.metal as one source (native/kernels/
+// sources.zig) with newLibraryWithSource and MTLMathModeSafe. Safe math still contracts
+// a*b+c within a statement (measured on M2 and M4), so the pragma above comes first and
+// the kernel source keeps one rounding per statement. Apple GPUs flush subnormals; the
+// flush points of docs/NUMERICS.md keep every value of the computation out of their range.
+#include <metal_stdlib>
+using namespace metal;
+#if __METAL_VERSION__ >= 320
+#pragma METAL fp math_mode(safe)
+#endif
+
+typedef uchar lmh_u8;
+typedef uint lmh_u32;
+typedef ulong lmh_u64;
+
+#define LMH_FN static inline
+#define LMH_GLOBAL device
+#define LMH_STATIC_ASSERT(condition, message) static_assert(condition, message)
+#define LMH_OFFSETOF(type, field) __builtin_offsetof(type, field)
+
+LMH_FN float lmh_as_float(lmh_u32 bits) {
+    return as_type<float>(bits);
+}
+
+LMH_FN lmh_u32 lmh_as_uint(float value) {
+    return as_type<uint>(value);
+}
+
+LMH_FN float lmh_fma(float a, float b, float c) {
+    return fma(a, b, c);
+}
+
+// All 32 lanes of the simdgroup take part in every shuffle (the kernels never diverge
+// around one); the backend checks threadExecutionWidth == 32.
+LMH_FN lmh_u32 lmh_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
+    return simd_shuffle_xor(bits, (ushort)mask);
+}

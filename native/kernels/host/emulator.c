@@ -1,0 +1,384 @@
+// The host emulator: the kernel source of native/kernels/kernels.h compiled as C for this
+// machine, so that every commit checks, bit for bit against the CPU backend, the
+// arithmetic the GPUs will run (native/kernels/emulator.zig calls it).
+//
+// A simdgroup's 32 lanes run as fibers (glibc ucontext), each executing the per-lane body
+// as a GPU lane would. Fibers are the simplest faithful model: a body is plain SIMT code,
+// and the only cross-lane operation, lmh_shuffle_xor, becomes a rendezvous. Lanes run in
+// turn, 0 to 31, each up to its next shuffle, where it publishes its value and passes to
+// the next lane; when lane 0 runs again, every lane has published, so each reads its
+// partner's value. Values are double-buffered by shuffle parity, so a lane that runs
+// ahead to its next shuffle cannot overwrite what a slower lane has yet to read. Every
+// lane must reach the same shuffle with the same mask, or all must return: anything else
+// is divergence, which a GPU's shuffle does not allow, and fails the dispatch.
+//
+// Built twice by build.zig: with the source's default tuning, and with another one and
+// LMH_EMULATOR set to a second symbol prefix, to show that tuning changes no bit.
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include "prelude.h"
+#include "../params.h"
+#include "../kernels.h"
+
+#ifndef LMH_EMULATOR
+#define LMH_EMULATOR lmh_emulator
+#endif
+#define LMH_JOIN(prefix, name) prefix##_##name
+#define LMH_EXPAND(prefix, name) LMH_JOIN(prefix, name)
+#define LMH_EXPORT(name) LMH_EXPAND(LMH_EMULATOR, name)
+
+// Results of a dispatch (emulator.zig maps them to errors).
+enum {
+    dispatch_ok = 0,
+    dispatch_unknown_kernel = 1,
+    dispatch_bad_params = 2,
+    dispatch_bad_buffers = 3,
+    dispatch_bad_grid = 4,
+    dispatch_divergent = 5,
+    dispatch_out_of_memory = 6,
+};
+
+enum { lane_count = 32, lane_stack_bytes = 64 * 1024, no_type = 0xFFFFFFFFu };
+
+typedef void (*lmh_body)(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane);
+
+// ---------------------------------------------------------------------------------------
+// Entry points: the registry's kernel names (core/registry.zig), each reading its params
+// and its buffers in the order of the ABI call (inputs, weight, output).
+
+static void run_rms_norm(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_rms_norm_params p;
+    memcpy(&p, params, sizeof p);
+    lmh_rms_norm(p, (const lmh_u32 *)buffers[0], (const lmh_u32 *)buffers[1], (lmh_u32 *)buffers[2], simdgroup, simdgroups, lane);
+}
+
+static void run_softcap(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_softcap_params p;
+    memcpy(&p, params, sizeof p);
+    lmh_softcap(p, (lmh_u32 *)buffers[0], simdgroup, simdgroups, lane);
+}
+
+static void run_count_non_finite(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_count_non_finite_params p;
+    memcpy(&p, params, sizeof p);
+    lmh_count_non_finite(p, (const lmh_u32 *)buffers[0], (lmh_u32 *)buffers[1], simdgroup, simdgroups, lane);
+}
+
+#define LMH_MATVEC_ENTRY(name, type)                                                                                      \
+    static void run_matvec_##name(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) { \
+        lmh_matvec_params p;                                                                                              \
+        memcpy(&p, params, sizeof p);                                                                                     \
+        lmh_matvec(p, type, (const lmh_u32 *)buffers[0], (const lmh_u8 *)buffers[1], (lmh_u32 *)buffers[2], simdgroup, simdgroups, lane); \
+    }
+LMH_MATVEC_ENTRY(F32, LMH_TYPE_F32)
+LMH_MATVEC_ENTRY(F16, LMH_TYPE_F16)
+LMH_MATVEC_ENTRY(Q4_0, LMH_TYPE_Q4_0)
+LMH_MATVEC_ENTRY(Q5_0, LMH_TYPE_Q5_0)
+LMH_MATVEC_ENTRY(Q5_1, LMH_TYPE_Q5_1)
+LMH_MATVEC_ENTRY(Q8_0, LMH_TYPE_Q8_0)
+LMH_MATVEC_ENTRY(Q2_K, LMH_TYPE_Q2_K)
+LMH_MATVEC_ENTRY(Q3_K, LMH_TYPE_Q3_K)
+LMH_MATVEC_ENTRY(Q4_K, LMH_TYPE_Q4_K)
+LMH_MATVEC_ENTRY(Q5_K, LMH_TYPE_Q5_K)
+LMH_MATVEC_ENTRY(Q6_K, LMH_TYPE_Q6_K)
+LMH_MATVEC_ENTRY(IQ4_NL, LMH_TYPE_IQ4_NL)
+LMH_MATVEC_ENTRY(IQ4_XS, LMH_TYPE_IQ4_XS)
+LMH_MATVEC_ENTRY(BF16, LMH_TYPE_BF16)
+
+// Self-tests of the emulator, not kernels of the library (emulator_test.zig).
+// emulator_shuffles: out[160·s + 32·k + l] = what lane l of simdgroup s receives from the
+// k-th of five shuffles, masks 16, 8, 4, 2, 1, each lane sending (k << 8) | lane.
+static void run_shuffles(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    (void)params;
+    (void)simdgroups;
+    lmh_u32 *out = (lmh_u32 *)buffers[0] + (lmh_u64)simdgroup * 5u * lane_count;
+    for (lmh_u32 k = 0; k < 5u; k++) out[k * lane_count + lane] = lmh_shuffle_xor((k << 8) | lane, 16u >> k);
+}
+
+// emulator_diverges: mode 0, lane 0 shuffles once more than the others; mode 1, lane 3
+// shuffles with another mask; mode 2, every lane shuffles alike (no divergence).
+static void run_diverges(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_u32 mode;
+    memcpy(&mode, params, sizeof mode);
+    (void)buffers;
+    (void)simdgroup;
+    (void)simdgroups;
+    if (mode == 0u && lane == 0u) lmh_shuffle_xor(0u, 1u);
+    if (mode == 1u) lmh_shuffle_xor(0u, lane == 3u ? 2u : 1u);
+    if (mode == 2u) lmh_shuffle_xor(0u, 1u);
+}
+
+typedef struct {
+    const char *name;
+    lmh_u32 params_bytes;
+    lmh_u32 buffer_count;
+    lmh_u32 type; // a matvec's type, which its params must name; no_type otherwise
+    lmh_body body;
+} lmh_kernel;
+
+#define LMH_MATVEC_KERNEL(name, type) { "matvec_" #name "_f32", sizeof(lmh_matvec_params), 3, type, run_matvec_##name }
+
+static const lmh_kernel kernels[] = {
+    { "rms_norm_f32", sizeof(lmh_rms_norm_params), 3, no_type, run_rms_norm },
+    { "softcap_f32", sizeof(lmh_softcap_params), 1, no_type, run_softcap },
+    { "count_non_finite_f32", sizeof(lmh_count_non_finite_params), 2, no_type, run_count_non_finite },
+    LMH_MATVEC_KERNEL(F32, LMH_TYPE_F32),
+    LMH_MATVEC_KERNEL(F16, LMH_TYPE_F16),
+    LMH_MATVEC_KERNEL(Q4_0, LMH_TYPE_Q4_0),
+    LMH_MATVEC_KERNEL(Q5_0, LMH_TYPE_Q5_0),
+    LMH_MATVEC_KERNEL(Q5_1, LMH_TYPE_Q5_1),
+    LMH_MATVEC_KERNEL(Q8_0, LMH_TYPE_Q8_0),
+    LMH_MATVEC_KERNEL(Q2_K, LMH_TYPE_Q2_K),
+    LMH_MATVEC_KERNEL(Q3_K, LMH_TYPE_Q3_K),
+    LMH_MATVEC_KERNEL(Q4_K, LMH_TYPE_Q4_K),
+    LMH_MATVEC_KERNEL(Q5_K, LMH_TYPE_Q5_K),
+    LMH_MATVEC_KERNEL(Q6_K, LMH_TYPE_Q6_K),
+    LMH_MATVEC_KERNEL(IQ4_NL, LMH_TYPE_IQ4_NL),
+    LMH_MATVEC_KERNEL(IQ4_XS, LMH_TYPE_IQ4_XS),
+    LMH_MATVEC_KERNEL(BF16, LMH_TYPE_BF16),
+    { "emulator_shuffles", sizeof(lmh_u32), 1, no_type, run_shuffles },
+    { "emulator_diverges", sizeof(lmh_u32), 1, no_type, run_diverges },
+};
+
+enum { kernel_count = sizeof kernels / sizeof kernels[0] };
+
+// ---------------------------------------------------------------------------------------
+// A simdgroup of fibers.
+
+typedef struct {
+    ucontext_t scheduler;
+    ucontext_t lanes[lane_count];
+    unsigned char *stacks;
+    const lmh_kernel *kernel;
+    const void *params;
+    void *const *buffers;
+    lmh_u32 simdgroup;
+    lmh_u32 simdgroups;
+    lmh_u32 running; // the lane that runs now
+    // What lane 0 did in this round, which every other lane must do too.
+    int round_returned;
+    lmh_u32 round_mask;
+    lmh_u32 parity[lane_count];
+    lmh_u32 slots[2][lane_count];
+    int error;
+} lmh_simdgroup;
+
+static _Thread_local lmh_simdgroup *current;
+
+// Abandons every fiber and returns to the dispatch: fibers own nothing to release.
+static void fail(lmh_simdgroup *g, int error) {
+    g->error = error;
+    setcontext(&g->scheduler);
+    abort(); // setcontext returns only on failure
+}
+
+// Lane `lane` has done its part of the round (the same as lane 0's, or it fails).
+static void check_round(lmh_simdgroup *g, lmh_u32 lane, int returned, lmh_u32 mask) {
+    if (lane == 0) {
+        g->round_returned = returned;
+        g->round_mask = mask;
+    } else if (g->round_returned != returned || g->round_mask != mask) {
+        fail(g, dispatch_divergent);
+    }
+}
+
+static lmh_u32 lmh_emulator_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
+    lmh_simdgroup *g = current;
+    lmh_u32 lane = g->running;
+    if (mask >= lane_count) fail(g, dispatch_divergent);
+    check_round(g, lane, 0, mask);
+    lmh_u32 parity = g->parity[lane];
+    g->slots[parity][lane] = bits;
+    g->parity[lane] = parity ^ 1u;
+    lmh_u32 next = (lane + 1u) & (lane_count - 1u);
+    g->running = next;
+    if (swapcontext(&g->lanes[lane], &g->lanes[next]) != 0) abort();
+    // Lane 0 runs again only after lane 31 has published: every value of the round is in.
+    return g->slots[parity][lane ^ mask];
+}
+
+static void lane_main(void) {
+    lmh_simdgroup *g = current;
+    lmh_u32 lane = g->running;
+    g->kernel->body(g->params, g->buffers, g->simdgroup, g->simdgroups, lane);
+    check_round(g, lane, 1, 0u);
+    if (lane == lane_count - 1u) setcontext(&g->scheduler);
+    g->running = lane + 1u;
+    setcontext(&g->lanes[lane + 1u]);
+    abort();
+}
+
+static int run_simdgroup(lmh_simdgroup *g, lmh_u32 simdgroup) {
+    g->simdgroup = simdgroup;
+    g->error = dispatch_ok;
+    memset(g->parity, 0, sizeof g->parity);
+    for (lmh_u32 l = 0; l < lane_count; l++) {
+        if (getcontext(&g->lanes[l]) != 0) return dispatch_out_of_memory;
+        g->lanes[l].uc_stack.ss_sp = g->stacks + (size_t)l * lane_stack_bytes;
+        g->lanes[l].uc_stack.ss_size = lane_stack_bytes;
+        g->lanes[l].uc_link = NULL;
+        makecontext(&g->lanes[l], lane_main, 0);
+    }
+    current = g;
+    g->running = 0;
+    if (swapcontext(&g->scheduler, &g->lanes[0]) != 0) abort();
+    current = NULL;
+    return g->error;
+}
+
+static int check_dispatch(const lmh_kernel *k, const void *params, lmh_u64 params_bytes, void *const *buffers, lmh_u32 buffer_count) {
+    if (params == NULL || params_bytes != k->params_bytes) return dispatch_bad_params;
+    if (k->type != no_type) {
+        lmh_matvec_params p;
+        memcpy(&p, params, sizeof p);
+        if (p.type_id != k->type) return dispatch_bad_params;
+    }
+    if (buffers == NULL || buffer_count != k->buffer_count) return dispatch_bad_buffers;
+    for (lmh_u32 b = 0; b < buffer_count; b++) {
+        if (buffers[b] == NULL) return dispatch_bad_buffers;
+    }
+    return dispatch_ok;
+}
+
+// Runs kernel `kernel` over a grid of threadgroups[0] threadgroups of threads[0] threads
+// (a multiple of 32; the y and z sizes must be 1), as Metal's dispatchThreadgroups would:
+// simdgroup s of threadgroup t is simdgroup t·(threads / 32) + s of the grid. Buffers are
+// pointers in the kernel's binding order; the caller keeps them large enough, as for a GPU.
+int LMH_EXPORT(dispatch)(lmh_u32 kernel, const void *params, lmh_u64 params_bytes, void *const *buffers, lmh_u32 buffer_count, const lmh_u32 threadgroups[3], const lmh_u32 threads[3]) {
+    if (kernel >= kernel_count) return dispatch_unknown_kernel;
+    int checked = check_dispatch(&kernels[kernel], params, params_bytes, buffers, buffer_count);
+    if (checked != dispatch_ok) return checked;
+    if (threadgroups == NULL || threads == NULL) return dispatch_bad_grid;
+    if (threadgroups[0] == 0 || threadgroups[1] != 1 || threadgroups[2] != 1) return dispatch_bad_grid;
+    if (threads[0] == 0 || (threads[0] & (lane_count - 1u)) != 0 || threads[1] != 1 || threads[2] != 1) return dispatch_bad_grid;
+    lmh_u32 per_group = threads[0] >> 5;
+    lmh_u64 simdgroups = (lmh_u64)threadgroups[0] * per_group;
+    if (simdgroups > 0xFFFFFFFFu) return dispatch_bad_grid;
+    lmh_simdgroup *g = calloc(1, sizeof *g);
+    if (g == NULL) return dispatch_out_of_memory;
+    g->stacks = malloc((size_t)lane_count * lane_stack_bytes);
+    int result = g->stacks == NULL ? dispatch_out_of_memory : dispatch_ok;
+    g->kernel = &kernels[kernel];
+    g->params = params;
+    g->buffers = buffers;
+    g->simdgroups = (lmh_u32)simdgroups;
+    for (lmh_u32 s = 0; s < g->simdgroups && result == dispatch_ok; s++) result = run_simdgroup(g, s);
+    free(g->stacks);
+    free(g);
+    return result;
+}
+
+// The index of the kernel called `name` (not terminated), or -1.
+int LMH_EXPORT(kernel_index)(const char *name, lmh_u64 name_bytes) {
+    for (int k = 0; k < kernel_count; k++) {
+        if (strlen(kernels[k].name) == name_bytes && memcmp(kernels[k].name, name, name_bytes) == 0) return k;
+    }
+    return -1;
+}
+
+lmh_u32 LMH_EXPORT(kernel_count)(void) {
+    return kernel_count;
+}
+
+// The per-lane functions on their own, for sweeps against numerics/math.zig.
+void LMH_EXPORT(rsqrt)(const float *x, float *y, lmh_u64 count) {
+    for (lmh_u64 i = 0; i < count; i++) y[i] = lmh_rsqrt(x[i]);
+}
+
+void LMH_EXPORT(tanh)(const float *x, float *y, lmh_u64 count) {
+    for (lmh_u64 i = 0; i < count; i++) y[i] = lmh_tanh(x[i]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Layouts, for the test that params.h and the block structs agree with the Zig structs:
+// entry i is a name as Zig spells it ("Matvec", "Matvec.rows", "Q6_K.d") and its size or
+// offset in bytes.
+
+typedef struct {
+    const char *name;
+    lmh_u64 bytes;
+} lmh_layout_entry;
+
+#define LMH_SIZE(zig, c) { zig, sizeof(c) }
+#define LMH_FIELD(zig, c, field) { zig "." #field, LMH_OFFSETOF(c, field) }
+
+static const lmh_layout_entry layout[] = {
+    LMH_SIZE("RmsNorm", lmh_rms_norm_params),
+    LMH_FIELD("RmsNorm", lmh_rms_norm_params, rows),
+    LMH_FIELD("RmsNorm", lmh_rms_norm_params, hidden),
+    LMH_FIELD("RmsNorm", lmh_rms_norm_params, eps),
+    LMH_FIELD("RmsNorm", lmh_rms_norm_params, inv_hidden),
+    LMH_SIZE("Matvec", lmh_matvec_params),
+    LMH_FIELD("Matvec", lmh_matvec_params, rows),
+    LMH_FIELD("Matvec", lmh_matvec_params, hidden),
+    LMH_FIELD("Matvec", lmh_matvec_params, vocab),
+    LMH_FIELD("Matvec", lmh_matvec_params, type_id),
+    LMH_FIELD("Matvec", lmh_matvec_params, row_bytes),
+    LMH_FIELD("Matvec", lmh_matvec_params, chunks),
+    LMH_SIZE("Softcap", lmh_softcap_params),
+    LMH_FIELD("Softcap", lmh_softcap_params, values),
+    LMH_FIELD("Softcap", lmh_softcap_params, cap),
+    LMH_FIELD("Softcap", lmh_softcap_params, inv_cap),
+    LMH_SIZE("CountNonFinite", lmh_count_non_finite_params),
+    LMH_FIELD("CountNonFinite", lmh_count_non_finite_params, rows),
+    LMH_FIELD("CountNonFinite", lmh_count_non_finite_params, row_values),
+    LMH_SIZE("Q4_0", lmh_block_q4_0),
+    LMH_FIELD("Q4_0", lmh_block_q4_0, d),
+    LMH_FIELD("Q4_0", lmh_block_q4_0, qs),
+    LMH_SIZE("Q5_0", lmh_block_q5_0),
+    LMH_FIELD("Q5_0", lmh_block_q5_0, d),
+    LMH_FIELD("Q5_0", lmh_block_q5_0, qh),
+    LMH_FIELD("Q5_0", lmh_block_q5_0, qs),
+    LMH_SIZE("Q5_1", lmh_block_q5_1),
+    LMH_FIELD("Q5_1", lmh_block_q5_1, d),
+    LMH_FIELD("Q5_1", lmh_block_q5_1, m),
+    LMH_FIELD("Q5_1", lmh_block_q5_1, qh),
+    LMH_FIELD("Q5_1", lmh_block_q5_1, qs),
+    LMH_SIZE("Q8_0", lmh_block_q8_0),
+    LMH_FIELD("Q8_0", lmh_block_q8_0, d),
+    LMH_FIELD("Q8_0", lmh_block_q8_0, qs),
+    LMH_SIZE("IQ4_NL", lmh_block_iq4_nl),
+    LMH_FIELD("IQ4_NL", lmh_block_iq4_nl, d),
+    LMH_FIELD("IQ4_NL", lmh_block_iq4_nl, qs),
+    LMH_SIZE("Q2_K", lmh_block_q2_k),
+    LMH_FIELD("Q2_K", lmh_block_q2_k, scales),
+    LMH_FIELD("Q2_K", lmh_block_q2_k, qs),
+    LMH_FIELD("Q2_K", lmh_block_q2_k, d),
+    LMH_FIELD("Q2_K", lmh_block_q2_k, dmin),
+    LMH_SIZE("Q3_K", lmh_block_q3_k),
+    LMH_FIELD("Q3_K", lmh_block_q3_k, hmask),
+    LMH_FIELD("Q3_K", lmh_block_q3_k, qs),
+    LMH_FIELD("Q3_K", lmh_block_q3_k, scales),
+    LMH_FIELD("Q3_K", lmh_block_q3_k, d),
+    LMH_SIZE("Q4_K", lmh_block_q4_k),
+    LMH_FIELD("Q4_K", lmh_block_q4_k, d),
+    LMH_FIELD("Q4_K", lmh_block_q4_k, dmin),
+    LMH_FIELD("Q4_K", lmh_block_q4_k, scales),
+    LMH_FIELD("Q4_K", lmh_block_q4_k, qs),
+    LMH_SIZE("Q5_K", lmh_block_q5_k),
+    LMH_FIELD("Q5_K", lmh_block_q5_k, d),
+    LMH_FIELD("Q5_K", lmh_block_q5_k, dmin),
+    LMH_FIELD("Q5_K", lmh_block_q5_k, scales),
+    LMH_FIELD("Q5_K", lmh_block_q5_k, qh),
+    LMH_FIELD("Q5_K", lmh_block_q5_k, qs),
+    LMH_SIZE("Q6_K", lmh_block_q6_k),
+    LMH_FIELD("Q6_K", lmh_block_q6_k, ql),
+    LMH_FIELD("Q6_K", lmh_block_q6_k, qh),
+    LMH_FIELD("Q6_K", lmh_block_q6_k, scales),
+    LMH_FIELD("Q6_K", lmh_block_q6_k, d),
+    LMH_SIZE("IQ4_XS", lmh_block_iq4_xs),
+    LMH_FIELD("IQ4_XS", lmh_block_iq4_xs, d),
+    LMH_FIELD("IQ4_XS", lmh_block_iq4_xs, scales_h),
+    LMH_FIELD("IQ4_XS", lmh_block_iq4_xs, scales_l),
+    LMH_FIELD("IQ4_XS", lmh_block_iq4_xs, qs),
+};
+
+// Entry `index`: 1 and its name and bytes, or 0 past the end.
+int LMH_EXPORT(layout_entry)(lmh_u32 index, const char **name, lmh_u64 *bytes) {
+    if (index >= sizeof layout / sizeof layout[0]) return 0;
+    *name = layout[index].name;
+    *bytes = layout[index].bytes;
+    return 1;
+}

@@ -1,0 +1,16 @@
+// Declarations of the CUDA builtins the CUDA kernel source uses, so that build.zig can
+// check with `zig c++ -fsyntax-only` that the source is valid C++ without a CUDA toolkit.
+// Only declarations: nothing here runs.
+#define __device__
+#define __global__
+#define __forceinline__ inline
+
+struct lmh_stub_dim3 {
+    unsigned int x, y, z;
+};
+extern const lmh_stub_dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+unsigned int __float_as_uint(float value);
+float __uint_as_float(unsigned int bits);
+float __fmaf_rn(float a, float b, float c);
+unsigned int __shfl_xor_sync(unsigned int members, unsigned int value, int lane_mask);

@@ -1,0 +1,604 @@
+#pragma METAL fp contract(off)
+// The GPU kernel bodies, written once for Metal, CUDA and the host emulator, in a small C
+// subset that is also valid C++ (CUDA) and Metal Shading Language. A target's prelude
+// (metal/prelude.metal, native/backends/cuda/prelude.cuh, native/kernels/host/prelude.h)
+// defines the types and the few primitives used here: lmh_u8, lmh_u32, lmh_u64, LMH_FN,
+// LMH_GLOBAL (the address space of buffers), LMH_STATIC_ASSERT, LMH_OFFSETOF,
+// lmh_as_float, lmh_as_uint, lmh_fma and lmh_shuffle_xor. Its entry points map the
+// target's thread ids to (simdgroup, simdgroups, lane) and call the bodies below.
+//
+// The arithmetic is docs/NUMERICS.md, one statement per rounding; the lint test
+// (native/kernels/lint.zig) keeps library math, vendor reductions, division and half
+// types out. Every f32 buffer is read as bits: a value reaches arithmetic only after its
+// flush point, an integer compare, so no device's subnormal policy can change a result.
+// Lanes communicate only through lmh_shuffle_xor, always with all 32 lanes present.
+
+// Tuning: vocab rows per simdgroup, and activation rows per pass sharing each decoded
+// weight. Any values give the same bits (each accumulator sees the canonical order).
+#ifndef LMH_VOCAB_ROWS_PER_SIMDGROUP
+#define LMH_VOCAB_ROWS_PER_SIMDGROUP 4u
+#endif
+#ifndef LMH_ROWS_PER_PASS
+#define LMH_ROWS_PER_PASS 4u
+#endif
+
+// ggml type ids (numerics/formats.zig Type).
+#define LMH_TYPE_F32 0u
+#define LMH_TYPE_F16 1u
+#define LMH_TYPE_Q4_0 2u
+#define LMH_TYPE_Q5_0 6u
+#define LMH_TYPE_Q5_1 7u
+#define LMH_TYPE_Q8_0 8u
+#define LMH_TYPE_Q2_K 10u
+#define LMH_TYPE_Q3_K 11u
+#define LMH_TYPE_Q4_K 12u
+#define LMH_TYPE_Q5_K 13u
+#define LMH_TYPE_Q6_K 14u
+#define LMH_TYPE_IQ4_NL 20u
+#define LMH_TYPE_IQ4_XS 23u
+#define LMH_TYPE_BF16 30u
+
+// Flush thresholds (numerics/flush.zig): 2^-40 for the operands of a dot product, 2^-125
+// for every other flushed value.
+#define LMH_DOT_OPERAND_MIN 0x2B800000u
+#define LMH_VALUE_MIN 0x01000000u
+#define LMH_CANONICAL_NAN 0x7FC00000u
+#define LMH_POSITIVE_INF 0x7F800000u
+
+// ---------------------------------------------------------------------------------------
+// Numerics
+
+// The value with these bits, or +0 where its magnitude is below min_bits.
+LMH_FN float lmh_flush(lmh_u32 bits, lmh_u32 min_bits) {
+    return lmh_as_float((bits & 0x7FFFFFFFu) < min_bits ? 0u : bits);
+}
+
+// q - offset exactly, for q, offset < 2^23: both sit in the mantissa of 2^23 and the
+// subtraction is exact (Sterbenz), so no int-to-float conversion is needed.
+LMH_FN float lmh_int(lmh_u32 q, lmh_u32 offset) {
+    float a = lmh_as_float(0x4B000000u | q);
+    float b = lmh_as_float(0x4B000000u | offset);
+    return a - b;
+}
+
+// Exact f16 -> f32 (formats.zig f16ToF32): normals and Inf/NaN by moving the fields,
+// subnormals as their integer mantissa times 2^-24, which is normal. NaN payloads kept.
+LMH_FN float lmh_f16(lmh_u32 h) {
+    lmh_u32 sign = (h & 0x8000u) << 16;
+    lmh_u32 magnitude = h & 0x7FFFu;
+    lmh_u32 normal = (magnitude << 13) + 0x38000000u;
+    lmh_u32 special = normal + 0x38000000u;
+    float mantissa = lmh_int(magnitude, 0u);
+    float subnormal = mantissa * lmh_as_float(0x33800000u);
+    lmh_u32 bits = magnitude >= 0x7C00u ? special : (magnitude >= 0x0400u ? normal : lmh_as_uint(subnormal));
+    return lmh_as_float(bits | sign);
+}
+
+// NUMERICS.md §3 step 5: partners l^16, l^8, l^4, l^2, l^1; every lane ends with the sum.
+LMH_FN float lmh_butterfly(float p) {
+    for (lmh_u32 mask = 16u; mask > 0u; mask >>= 1) {
+        float partner = lmh_as_float(lmh_shuffle_xor(lmh_as_uint(p), mask));
+        p = p + partner;
+    }
+    return p;
+}
+
+// NUMERICS.md §6 rsqrt, steps 1-23 (numerics/math.zig rsqrt).
+LMH_FN float lmh_rsqrt(float x) {
+    lmh_u32 b = lmh_as_uint(x);
+    lmh_u32 sub = b < 0x00800000u;
+    float fs = lmh_as_float((b & 0x007FFFFFu) | 0x4B000000u);
+    float ns = lmh_fma(fs, lmh_as_float(0x40000000u), lmh_as_float(0xCB800000u));
+    lmh_u32 bn = sub ? lmh_as_uint(ns) : b;
+    lmh_u32 e = (bn >> 23) - (sub ? 277u : 127u);
+    lmh_u32 k = (e >> 1) | (e & 0x80000000u); // arithmetic shift: floor(e / 2)
+    lmh_u32 mb = ((bn & 0x007FFFFFu) | 0x3F800000u) + ((e & 1u) << 23);
+    float m = lmh_as_float(mb);
+    float sc = lmh_as_float((127u - k) << 23);
+    float y0 = lmh_as_float(0x5F1FFFF9u - (mb >> 1));
+    float h0 = m * y0;
+    float t0 = lmh_fma(-h0, y0, lmh_as_float(0x4018E962u));
+    float y0k = y0 * lmh_as_float(0x3F343637u);
+    float y1 = y0k * t0;
+    float h = m * y1;
+    float hl = lmh_fma(m, y1, -h);
+    float d0 = lmh_fma(-h, y1, lmh_as_float(0x3F800000u));
+    float d = lmh_fma(-hl, y1, d0);
+    float c0 = lmh_fma(d, lmh_as_float(0x3EA00000u), lmh_as_float(0x3EC00000u));
+    float c1 = lmh_fma(d, c0, lmh_as_float(0x3F000000u));
+    float c = d * c1;
+    float yr = lmh_fma(y1, c, y1);
+    float scaled = yr * sc;
+    lmh_u32 r = lmh_as_uint(scaled);
+    r = b > LMH_POSITIVE_INF ? LMH_CANONICAL_NAN : r;
+    r = b == LMH_POSITIVE_INF ? 0u : r;
+    r = b == 0u ? LMH_POSITIVE_INF : r;
+    r = b == 0x80000000u ? 0xFF800000u : r;
+    return lmh_as_float(r);
+}
+
+// tanh(a) for a = |x| < 0.5625: a + a·(z·P(z)), z = a² (steps 4-11).
+LMH_FN float lmh_tanh_polynomial(float a) {
+    float z = a * a;
+    float p = lmh_fma(lmh_as_float(0x3B1A3ECBu), z, lmh_as_float(0xBC09465Cu));
+    p = lmh_fma(p, z, lmh_as_float(0x3CB25AF8u));
+    p = lmh_fma(p, z, lmh_as_float(0xBD5D0333u));
+    p = lmh_fma(p, z, lmh_as_float(0x3E088868u));
+    p = lmh_fma(p, z, lmh_as_float(0xBEAAAAAAu));
+    float zp = z * p;
+    return lmh_fma(a, zp, a);
+}
+
+typedef struct { float hi; float lo; } lmh_f2;
+
+// expm1(2a) as hi + lo (steps 12-37).
+LMH_FN lmh_f2 lmh_tanh_expm1(float a) {
+    float y = a + a;
+    float t = lmh_fma(y, lmh_as_float(0x3FB8AA3Bu), lmh_as_float(0x4B400000u));
+    float kf = t - lmh_as_float(0x4B400000u);
+    lmh_u32 ki = lmh_as_uint(t) - 0x4B400000u;
+    float rh = lmh_fma(kf, lmh_as_float(0xBF317218u), y);
+    float rl = kf * lmh_as_float(0x3102E308u);
+    float s = lmh_as_float((ki + 127u) << 23);
+    float hs = s * lmh_as_float(0x3F000000u);
+    float r2 = rh * rh;
+    float r2l = lmh_fma(rh, rh, -r2);
+    float q = lmh_fma(lmh_as_float(0x3950CE2Fu), rh, lmh_as_float(0x3AB6A78Au));
+    q = lmh_fma(q, rh, lmh_as_float(0x3C08884Au));
+    q = lmh_fma(q, rh, lmh_as_float(0x3D2AAA73u));
+    q = lmh_fma(q, rh, lmh_as_float(0x3E2AAAABu));
+    float r3 = r2 * rh;
+    float hr = r2l * lmh_as_float(0x3F000000u);
+    float sm = lmh_fma(r3, q, hr);
+    float big_a = s - lmh_as_float(0x3F800000u);
+    float big_b = s * rh;
+    float big_d = hs * r2;
+    float big_c = s * sm;
+    float hi1 = big_a + big_b;
+    float e1 = hi1 - big_a;
+    float lo1 = big_b - e1;
+    float hi2 = hi1 + big_d;
+    float e2 = hi2 - hi1;
+    float lo2 = big_d - e2;
+    float hi = hi2 + big_c;
+    float e3 = hi - hi2;
+    float lo3 = big_c - e3;
+    float lo12 = lo1 + lo2;
+    float lo = lo12 + lo3;
+    float hi_one = hi + lmh_as_float(0x3F800000u);
+    lmh_f2 r;
+    r.hi = hi;
+    r.lo = lmh_fma(rl, hi_one, lo);
+    return r;
+}
+
+// tanh(a) for 0.5625 <= a < 9.125: 1 - 2/(expm1(2a) + 2) (steps 38-49).
+LMH_FN float lmh_tanh_exponential(float a) {
+    lmh_f2 e = lmh_tanh_expm1(a);
+    float hi = e.hi;
+    float lo = e.lo;
+    float two = lmh_as_float(0x40000000u);
+    float one = lmh_as_float(0x3F800000u);
+    float dh = hi + two;
+    float dh_hi = dh - hi;
+    float dl0 = two - dh_hi;
+    float dl = dl0 + lo;
+    lmh_u32 db = lmh_as_uint(dh);
+    lmh_u32 mb = (db & 0x007FFFFFu) | 0x3F000000u;
+    float rm = lmh_fma(lmh_as_float(mb), lmh_as_float(0xBFF0F0F1u), lmh_as_float(0x4034B4B5u));
+    float rc = lmh_as_float(lmh_as_uint(rm) - (db - mb));
+    float en = lmh_fma(-dh, rc, one);
+    rc = lmh_fma(rc, en, rc);
+    en = lmh_fma(-dh, rc, one);
+    rc = lmh_fma(rc, en, rc);
+    float g0 = rc + rc;
+    float res = lmh_fma(-g0, dh, two);
+    res = lmh_fma(-g0, dl, res);
+    float w = one - g0;
+    float one_w = one - w;
+    float wl = one_w - g0;
+    float tail = lmh_fma(-rc, res, wl);
+    return w + tail;
+}
+
+// NUMERICS.md §6 tanh (numerics/math.zig tanh): both arms always run, selects choose.
+LMH_FN float lmh_tanh(float x) {
+    lmh_u32 b = lmh_as_uint(x);
+    lmh_u32 ab = b & 0x7FFFFFFFu;
+    lmh_u32 sign = b & 0x80000000u;
+    float a = lmh_as_float(ab);
+    float tp = lmh_tanh_polynomial(a);
+    float te = lmh_tanh_exponential(a);
+    lmh_u32 mag = ab < 0x3F100000u ? lmh_as_uint(tp) : lmh_as_uint(te);
+    mag = ab < 0x39800000u ? ab : mag;
+    mag = ab >= 0x41120000u ? 0x3F800000u : mag;
+    lmh_u32 r = mag | sign;
+    r = ab > LMH_POSITIVE_INF ? LMH_CANONICAL_NAN : r;
+    return lmh_as_float(r);
+}
+
+// ---------------------------------------------------------------------------------------
+// Block layouts (numerics/formats.zig blocks): bytes only, so no padding and alignment 1;
+// f16 fields hold little-endian bits. A Zig test compares every size and offset.
+
+typedef struct { lmh_u8 d[2]; lmh_u8 qs[16]; } lmh_block_q4_0;
+typedef struct { lmh_u8 d[2]; lmh_u8 qh[4]; lmh_u8 qs[16]; } lmh_block_q5_0;
+typedef struct { lmh_u8 d[2]; lmh_u8 m[2]; lmh_u8 qh[4]; lmh_u8 qs[16]; } lmh_block_q5_1;
+typedef struct { lmh_u8 d[2]; lmh_u8 qs[32]; } lmh_block_q8_0;
+typedef struct { lmh_u8 d[2]; lmh_u8 qs[16]; } lmh_block_iq4_nl;
+typedef struct { lmh_u8 scales[16]; lmh_u8 qs[64]; lmh_u8 d[2]; lmh_u8 dmin[2]; } lmh_block_q2_k;
+typedef struct { lmh_u8 hmask[32]; lmh_u8 qs[64]; lmh_u8 scales[12]; lmh_u8 d[2]; } lmh_block_q3_k;
+typedef struct { lmh_u8 d[2]; lmh_u8 dmin[2]; lmh_u8 scales[12]; lmh_u8 qs[128]; } lmh_block_q4_k;
+typedef struct { lmh_u8 d[2]; lmh_u8 dmin[2]; lmh_u8 scales[12]; lmh_u8 qh[32]; lmh_u8 qs[128]; } lmh_block_q5_k;
+typedef struct { lmh_u8 ql[128]; lmh_u8 qh[64]; lmh_u8 scales[16]; lmh_u8 d[2]; } lmh_block_q6_k;
+typedef struct { lmh_u8 d[2]; lmh_u8 scales_h[2]; lmh_u8 scales_l[4]; lmh_u8 qs[128]; } lmh_block_iq4_xs;
+
+LMH_STATIC_ASSERT(sizeof(lmh_block_q4_0) == 18, "Q4_0 block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_q5_0) == 22, "Q5_0 block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_q5_1) == 24, "Q5_1 block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_q8_0) == 34, "Q8_0 block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_iq4_nl) == 18, "IQ4_NL block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_q2_k) == 84, "Q2_K block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_q3_k) == 110, "Q3_K block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_q4_k) == 144, "Q4_K block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_q5_k) == 176, "Q5_K block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_q6_k) == 210, "Q6_K block");
+LMH_STATIC_ASSERT(sizeof(lmh_block_iq4_xs) == 136, "IQ4_XS block");
+
+LMH_FN lmh_u32 lmh_le16(LMH_GLOBAL const lmh_u8 *p) {
+    return (lmh_u32)p[0] | ((lmh_u32)p[1] << 8);
+}
+
+LMH_FN lmh_u32 lmh_le32(LMH_GLOBAL const lmh_u8 *p) {
+    return lmh_le16(p) | (lmh_le16(p + 2) << 16);
+}
+
+// ---------------------------------------------------------------------------------------
+// Decoders: lane `lane`'s 8 weights of chunk `chunk` of one vocab row, values
+// [256·chunk + 8·lane, +8) (NUMERICS.md §3), each as formats.zig decodeBlock computes it.
+// Those 8 values share one scale and sit in one block, so a lane reads its scale once.
+// A 32-value block holds lanes 4b..4b+3; a 256-value block is the chunk.
+
+typedef struct { float v[8]; } lmh_f8;
+
+// K[q] + 128 of the IQ4_NL/IQ4_XS code table (formats.zig iq4_values), four per word.
+LMH_FN float lmh_iq4(lmh_u32 q) {
+    lmh_u32 word = q < 8u ? (q < 4u ? 0x3F2D1801u : 0x766A5D4Fu) : (q < 12u ? 0xA6998D81u : 0xF1D9C5B5u);
+    return lmh_int((word >> ((q & 3u) << 3)) & 0xFFu, 128u);
+}
+
+// Q4_0 d·(q−8), IQ4_NL d·K[q]: lane 4b+j has values 8j.. of block b, the low (j < 2) or
+// high nibbles of qs[8(j & 1) ..].
+LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 type) {
+    LMH_GLOBAL const lmh_block_q4_0 *b = (LMH_GLOBAL const lmh_block_q4_0 *)row + ((chunk << 3) + (lane >> 2));
+    float d = lmh_f16(lmh_le16(b->d));
+    lmh_u32 at = (lane & 1u) << 3;
+    lmh_u32 shift = (lane & 2u) << 1;
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) {
+        lmh_u32 q = ((lmh_u32)b->qs[at + i] >> shift) & 15u;
+        float code = type == LMH_TYPE_Q4_0 ? lmh_int(q, 8u) : lmh_iq4(q);
+        w.v[i] = d * code;
+    }
+    return w;
+}
+
+// Q5_0 d·(q−16), Q5_1 (d·q) + m, with q's fifth bit from bit e of qh. Q5_1 is written
+// fma(d, q, m): d·q is exact, so it equals the product rounded, then the sum rounded.
+LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 type) {
+    lmh_u32 block = (chunk << 3) + (lane >> 2);
+    lmh_u32 at = (lane & 1u) << 3;
+    lmh_u32 shift = (lane & 2u) << 1;
+    lmh_u32 first = (lane & 3u) << 3;
+    float d;
+    float m = 0.0f;
+    lmh_u32 qh;
+    LMH_GLOBAL const lmh_u8 *qs;
+    if (type == LMH_TYPE_Q5_0) {
+        LMH_GLOBAL const lmh_block_q5_0 *b = (LMH_GLOBAL const lmh_block_q5_0 *)row + block;
+        d = lmh_f16(lmh_le16(b->d));
+        qh = lmh_le32(b->qh);
+        qs = b->qs;
+    } else {
+        LMH_GLOBAL const lmh_block_q5_1 *b = (LMH_GLOBAL const lmh_block_q5_1 *)row + block;
+        d = lmh_f16(lmh_le16(b->d));
+        m = lmh_f16(lmh_le16(b->m));
+        qh = lmh_le32(b->qh);
+        qs = b->qs;
+    }
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) {
+        lmh_u32 q = (((lmh_u32)qs[at + i] >> shift) & 15u) | (((qh >> (first + i)) & 1u) << 4);
+        w.v[i] = type == LMH_TYPE_Q5_0 ? d * lmh_int(q, 16u) : lmh_fma(d, lmh_int(q, 0u), m);
+    }
+    return w;
+}
+
+// Q8_0 d·q, q a signed byte (its bits xor 0x80 is q + 128).
+LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_q8_0 *b = (LMH_GLOBAL const lmh_block_q8_0 *)row + ((chunk << 3) + (lane >> 2));
+    float d = lmh_f16(lmh_le16(b->d));
+    lmh_u32 at = (lane & 3u) << 3;
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = d * lmh_int((lmh_u32)b->qs[at + i] ^ 0x80u, 128u);
+    return w;
+}
+
+// Q2_K ((d·sc)·q) − (dmin·m), written fma(d·sc, q, −dmin·m): (d·sc)·q is exact. Value
+// e = 8·lane + i: q = bits 2·((e % 128) >> 5) of qs[32·(e >> 7) + e % 32], sub-block e >> 4.
+LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_q2_k *b = (LMH_GLOBAL const lmh_block_q2_k *)row + chunk;
+    lmh_u32 sc = b->scales[lane >> 1];
+    float dl = lmh_f16(lmh_le16(b->d)) * lmh_int(sc & 15u, 0u);
+    float ml = lmh_f16(lmh_le16(b->dmin)) * lmh_int(sc >> 4, 0u);
+    lmh_u32 at = ((lane >> 4) << 5) + ((lane & 3u) << 3);
+    lmh_u32 shift = ((lane >> 2) & 3u) << 1;
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(dl, lmh_int(((lmh_u32)b->qs[at + i] >> shift) & 3u, 0u), -ml);
+    return w;
+}
+
+// Q3_K (d·(s−32))·q, q = q2 − 4·(1 − hbit); s is the 6-bit scale of sub-block j = lane >> 1.
+LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_q3_k *b = (LMH_GLOBAL const lmh_block_q3_k *)row + chunk;
+    lmh_u32 j = lane >> 1;
+    lmh_u32 low = ((lmh_u32)b->scales[j & 7u] >> ((j >> 3) << 2)) & 15u;
+    lmh_u32 high = ((lmh_u32)b->scales[8u + (j & 3u)] >> ((j >> 2) << 1)) & 3u;
+    float dl = lmh_f16(lmh_le16(b->d)) * lmh_int(low | (high << 4), 32u);
+    lmh_u32 first = (lane & 3u) << 3;
+    lmh_u32 at = ((lane >> 4) << 5) + first;
+    lmh_u32 shift = ((lane >> 2) & 3u) << 1;
+    lmh_u32 hshift = lane >> 2;
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) {
+        lmh_u32 q2 = ((lmh_u32)b->qs[at + i] >> shift) & 3u;
+        lmh_u32 hbit = ((lmh_u32)b->hmask[first + i] >> hshift) & 1u;
+        w.v[i] = dl * lmh_int(q2 | (hbit << 2), 4u);
+    }
+    return w;
+}
+
+// Q4_K/Q5_K 6-bit scale (sc) and min (m) of sub-block j (ggml get_scale_min_k4), as floats.
+typedef struct { float sc; float m; } lmh_scale_min;
+
+LMH_FN lmh_scale_min lmh_k4_scale_min(LMH_GLOBAL const lmh_u8 *s, lmh_u32 j) {
+    lmh_u32 sc;
+    lmh_u32 m;
+    if (j < 4u) {
+        sc = (lmh_u32)s[j] & 63u;
+        m = (lmh_u32)s[j + 4u] & 63u;
+    } else {
+        sc = ((lmh_u32)s[j + 4u] & 15u) | (((lmh_u32)s[j - 4u] >> 6) << 4);
+        m = ((lmh_u32)s[j + 4u] >> 4) | (((lmh_u32)s[j] >> 6) << 4);
+    }
+    lmh_scale_min r;
+    r.sc = lmh_int(sc, 0u);
+    r.m = lmh_int(m, 0u);
+    return r;
+}
+
+// Q4_K/Q5_K ((d·sc)·q) − (dmin·m), written fma(d·sc, q, −dmin·m): (d·sc)·q is exact.
+// Value e = 8·lane + i: nibble (e % 64) >> 5 of qs[32·(e >> 6) + e % 32], sub-block
+// e >> 5; Q5_K's fifth bit is bit e >> 5 of qh[e % 32].
+LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 type) {
+    LMH_GLOBAL const lmh_u8 *d;
+    LMH_GLOBAL const lmh_u8 *dmin;
+    LMH_GLOBAL const lmh_u8 *scales;
+    LMH_GLOBAL const lmh_u8 *qs;
+    LMH_GLOBAL const lmh_u8 *qh = 0;
+    if (type == LMH_TYPE_Q4_K) {
+        LMH_GLOBAL const lmh_block_q4_k *b = (LMH_GLOBAL const lmh_block_q4_k *)row + chunk;
+        d = b->d;
+        dmin = b->dmin;
+        scales = b->scales;
+        qs = b->qs;
+    } else {
+        LMH_GLOBAL const lmh_block_q5_k *b = (LMH_GLOBAL const lmh_block_q5_k *)row + chunk;
+        d = b->d;
+        dmin = b->dmin;
+        scales = b->scales;
+        qs = b->qs;
+        qh = b->qh;
+    }
+    lmh_u32 j = lane >> 2;
+    lmh_scale_min sm = lmh_k4_scale_min(scales, j);
+    float d1 = lmh_f16(lmh_le16(d)) * sm.sc;
+    float m1 = lmh_f16(lmh_le16(dmin)) * sm.m;
+    lmh_u32 first = (lane & 3u) << 3;
+    lmh_u32 at = ((lane >> 3) << 5) + first;
+    lmh_u32 shift = ((lane >> 2) & 1u) << 2;
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) {
+        lmh_u32 q = ((lmh_u32)qs[at + i] >> shift) & 15u;
+        if (type == LMH_TYPE_Q5_K) q = q | ((((lmh_u32)qh[first + i] >> j) & 1u) << 4);
+        w.v[i] = lmh_fma(d1, lmh_int(q, 0u), -m1);
+    }
+    return w;
+}
+
+// Q6_K (d·sc)·(q − 32), sc a signed byte per 16 values. Value e = 8·lane + i, n = e >> 7,
+// c = (e % 128) >> 5: low 4 bits from ql[64n + 32(c & 1) + e % 32] >> 4(c >> 1), high 2
+// bits from qh[32n + e % 32] >> 2c.
+LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_q6_k *b = (LMH_GLOBAL const lmh_block_q6_k *)row + chunk;
+    float ds = lmh_f16(lmh_le16(b->d)) * lmh_int((lmh_u32)b->scales[lane >> 1] ^ 0x80u, 128u);
+    lmh_u32 n = lane >> 4;
+    lmh_u32 c = (lane >> 2) & 3u;
+    lmh_u32 first = (lane & 3u) << 3;
+    lmh_u32 low_at = (n << 6) + ((c & 1u) << 5) + first;
+    lmh_u32 low_shift = (c >> 1) << 2;
+    lmh_u32 high_at = (n << 5) + first;
+    lmh_u32 high_shift = c << 1;
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) {
+        lmh_u32 low = ((lmh_u32)b->ql[low_at + i] >> low_shift) & 15u;
+        lmh_u32 high = ((lmh_u32)b->qh[high_at + i] >> high_shift) & 3u;
+        w.v[i] = ds * lmh_int(low | (high << 4), 32u);
+    }
+    return w;
+}
+
+// IQ4_XS (d·(ls−32))·K[q], ls the 6-bit scale of sub-block j = lane >> 2; lane 4j+k has
+// values 8k.. of it: the low (k < 2) or high nibbles of qs[16j + 8(k & 1) ..].
+LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_iq4_xs *b = (LMH_GLOBAL const lmh_block_iq4_xs *)row + chunk;
+    lmh_u32 j = lane >> 2;
+    lmh_u32 low = ((lmh_u32)b->scales_l[j >> 1] >> ((j & 1u) << 2)) & 15u;
+    lmh_u32 high = (lmh_le16(b->scales_h) >> (j << 1)) & 3u;
+    float dl = lmh_f16(lmh_le16(b->d)) * lmh_int(low | (high << 4), 32u);
+    lmh_u32 at = (j << 4) + ((lane & 1u) << 3);
+    lmh_u32 shift = (lane & 2u) << 1;
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_iq4(((lmh_u32)b->qs[at + i] >> shift) & 15u);
+    return w;
+}
+
+// F32, F16, BF16: one value per block; values at or past `values` (the row's length) are
+// +0. F32 and BF16 weights pass their flush point; F16 ones are multiples of 2^-24.
+LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 type) {
+    lmh_u32 first = (chunk << 8) + (lane << 3);
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) {
+        lmh_u32 e = first + i;
+        float v = 0.0f;
+        if (e < values) {
+            if (type == LMH_TYPE_F32) v = lmh_flush(lmh_le32(row + ((lmh_u64)e << 2)), LMH_DOT_OPERAND_MIN);
+            if (type == LMH_TYPE_F16) v = lmh_f16(lmh_le16(row + ((lmh_u64)e << 1)));
+            if (type == LMH_TYPE_BF16) v = lmh_flush(lmh_le16(row + ((lmh_u64)e << 1)) << 16, LMH_DOT_OPERAND_MIN);
+        }
+        w.v[i] = v;
+    }
+    return w;
+}
+
+// `type` is a literal at every entry point, so inlining leaves one decoder per kernel.
+LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 values) {
+    switch (type) {
+    case LMH_TYPE_Q4_0:
+    case LMH_TYPE_IQ4_NL:
+        return lmh_decode_nibbles(row, chunk, lane, type);
+    case LMH_TYPE_Q5_0:
+    case LMH_TYPE_Q5_1:
+        return lmh_decode_q5(row, chunk, lane, type);
+    case LMH_TYPE_Q8_0:
+        return lmh_decode_q8_0(row, chunk, lane);
+    case LMH_TYPE_Q2_K:
+        return lmh_decode_q2_k(row, chunk, lane);
+    case LMH_TYPE_Q3_K:
+        return lmh_decode_q3_k(row, chunk, lane);
+    case LMH_TYPE_Q4_K:
+    case LMH_TYPE_Q5_K:
+        return lmh_decode_q45_k(row, chunk, lane, type);
+    case LMH_TYPE_Q6_K:
+        return lmh_decode_q6_k(row, chunk, lane);
+    case LMH_TYPE_IQ4_XS:
+        return lmh_decode_iq4_xs(row, chunk, lane);
+    default:
+        return lmh_decode_dense(row, chunk, lane, values, type);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernel bodies. Each runs on one lane of simdgroup `simdgroup` of `simdgroups`, and
+// strides over its work, so any grid gives the same result.
+
+// A lane's 8 activations from [first, first + 8) of a row of `values`, flushed; +0 past it.
+LMH_FN lmh_f8 lmh_load_activations(LMH_GLOBAL const lmh_u32 *row, lmh_u32 first, lmh_u32 values) {
+    lmh_f8 a;
+    for (lmh_u32 i = 0u; i < 8u; i++) a.v[i] = first + i < values ? lmh_flush(row[first + i], LMH_DOT_OPERAND_MIN) : 0.0f;
+    return a;
+}
+
+// NUMERICS.md §4, one simdgroup per row: y = flush(flush(x)·inv · flush(w)), with inv =
+// rsqrt(ss·inv_hidden + flush(eps)) and ss the canonical dot product of flush(x) with
+// itself. A row whose mean + eps overflows to +Inf becomes NaN, as on the CPU.
+LMH_FN void lmh_rms_norm(lmh_rms_norm_params p, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u32 *weight, LMH_GLOBAL lmh_u32 *y, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    float eps = lmh_flush(lmh_as_uint(p.eps), LMH_VALUE_MIN);
+    for (lmh_u32 r = simdgroup; r < p.rows; r += simdgroups) {
+        LMH_GLOBAL const lmh_u32 *xr = x + (lmh_u64)r * p.hidden;
+        LMH_GLOBAL lmh_u32 *yr = y + (lmh_u64)r * p.hidden;
+        float acc = 0.0f;
+        for (lmh_u32 first = lane << 3; first < p.hidden; first += 256u) {
+            lmh_f8 v = lmh_load_activations(xr, first, p.hidden);
+            for (lmh_u32 i = 0u; i < 8u; i++) acc = lmh_fma(v.v[i], v.v[i], acc);
+        }
+        float sum_squares = lmh_butterfly(acc);
+        float mean = sum_squares * p.inv_hidden;
+        float v = mean + eps;
+        float inv = lmh_as_uint(v) == LMH_POSITIVE_INF ? lmh_as_float(LMH_CANONICAL_NAN) : lmh_rsqrt(v);
+        for (lmh_u32 first = lane << 3; first < p.hidden; first += 256u) {
+            lmh_f8 v8 = lmh_load_activations(xr, first, p.hidden);
+            for (lmh_u32 i = 0u; i < 8u; i++) {
+                if (first + i >= p.hidden) break;
+                float t = v8.v[i] * inv;
+                float scaled = t * lmh_flush(weight[first + i], LMH_VALUE_MIN);
+                yr[first + i] = lmh_as_uint(lmh_flush(lmh_as_uint(scaled), LMH_DOT_OPERAND_MIN));
+            }
+        }
+    }
+}
+
+// One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) against activation rows
+// [row0, +LMH_ROWS_PER_PASS); each decoded weight serves every row of the pass.
+LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 lane) {
+    float acc[LMH_VOCAB_ROWS_PER_SIMDGROUP][LMH_ROWS_PER_PASS];
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+        for (lmh_u32 r = 0u; r < LMH_ROWS_PER_PASS; r++) acc[m][r] = 0.0f;
+    }
+    for (lmh_u32 c = 0u; c < p.chunks; c++) {
+        lmh_u32 at = (c << 8) + (lane << 3);
+        if (at >= p.hidden) break; // this lane's values have ended; the others' go on
+        lmh_f8 y[LMH_ROWS_PER_PASS];
+        for (lmh_u32 r = 0u; r < LMH_ROWS_PER_PASS; r++) {
+            if (row0 + r < p.rows) y[r] = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden);
+        }
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+            if (first + m >= p.vocab) break;
+            lmh_f8 wv = lmh_decode(type, w + (first + m) * p.row_bytes, c, lane, p.hidden);
+            for (lmh_u32 r = 0u; r < LMH_ROWS_PER_PASS; r++) {
+                if (row0 + r >= p.rows) break;
+                for (lmh_u32 i = 0u; i < 8u; i++) acc[m][r] = lmh_fma(wv.v[i], y[r].v[i], acc[m][r]);
+            }
+        }
+    }
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+        for (lmh_u32 r = 0u; r < LMH_ROWS_PER_PASS; r++) {
+            if (first + m >= p.vocab || row0 + r >= p.rows) continue; // the same for every lane
+            float logit = lmh_butterfly(acc[m][r]);
+            if (lane == 0u) out[(lmh_u64)(row0 + r) * p.vocab + first + m] = lmh_as_uint(logit);
+        }
+    }
+}
+
+// NUMERICS.md §3: out[r, j] = the canonical dot product of row r of x (flushed) with
+// vocab row j of w, decoded as `type`.
+LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_u64 stride = (lmh_u64)simdgroups * LMH_VOCAB_ROWS_PER_SIMDGROUP;
+    for (lmh_u64 first = (lmh_u64)simdgroup * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
+        for (lmh_u32 row0 = 0u; row0 < p.rows; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, x, w, out, first, row0, lane);
+    }
+}
+
+// NUMERICS.md §5 in place: flush(tanh(flush(flush(z)·inv_cap))·cap), cap and inv_cap flushed.
+LMH_FN void lmh_softcap(lmh_softcap_params p, LMH_GLOBAL lmh_u32 *data, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    float cap = lmh_flush(lmh_as_uint(p.cap), LMH_VALUE_MIN);
+    float inv_cap = lmh_flush(lmh_as_uint(p.inv_cap), LMH_VALUE_MIN);
+    lmh_u64 threads = (lmh_u64)simdgroups << 5;
+    for (lmh_u64 i = ((lmh_u64)simdgroup << 5) + lane; i < p.values; i += threads) {
+        float z = lmh_flush(data[i], LMH_VALUE_MIN);
+        float u = lmh_flush(lmh_as_uint(z * inv_cap), LMH_VALUE_MIN);
+        float t = lmh_tanh(u);
+        data[i] = lmh_as_uint(lmh_flush(lmh_as_uint(t * cap), LMH_VALUE_MIN));
+    }
+}
+
+// counts[r] = the NaN and ±Inf values of row r: one simdgroup per row, an integer sum.
+LMH_FN void lmh_count_non_finite(lmh_count_non_finite_params p, LMH_GLOBAL const lmh_u32 *data, LMH_GLOBAL lmh_u32 *counts, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    for (lmh_u32 r = simdgroup; r < p.rows; r += simdgroups) {
+        LMH_GLOBAL const lmh_u32 *row = data + (lmh_u64)r * p.row_values;
+        lmh_u32 count = 0u;
+        for (lmh_u64 i = lane; i < p.row_values; i += 32u) count += (row[i] & LMH_POSITIVE_INF) == LMH_POSITIVE_INF ? 1u : 0u;
+        for (lmh_u32 mask = 16u; mask > 0u; mask >>= 1) count += lmh_shuffle_xor(count, mask);
+        if (lane == 0u) counts[r] = count;
+    }
+}
