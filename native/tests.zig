@@ -8,4 +8,5 @@ test {
     _ = @import("backends/cpu/float_env.zig");
     _ = @import("kernels/lint.zig");
     _ = @import("kernels/emulator.zig");
+    _ = @import("kernels/parity_test.zig");
 }
