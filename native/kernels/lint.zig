@@ -1,4 +1,4 @@
-//! The lint of the GPU kernel source (docs/NUMERICS.md §7). A kernel may hold only
+//! The lint of the GPU kernel source (docs/NUMERICS.md §8). A kernel may hold only
 //! arithmetic whose every rounding the spec fixes, so outside comments and string literals
 //! a kernel source file may not contain:
 //! - anything but `#pragma METAL fp contract(off)` on its first line (Metal's safe math

@@ -1,8 +1,8 @@
-//! The flush points of docs/NUMERICS.md §1: a value whose magnitude is below a threshold
+//! The flush points of docs/NUMERICS.md §7: a value whose magnitude is below a threshold
 //! becomes +0 before it is used. The test is an integer comparison on the bit pattern and
 //! the result an integer select, so no device's subnormal policy (FTZ, DAZ, Apple's flush)
 //! can change it. With the flush points in place no binary32 value of the computation is
-//! ever subnormal; NUMERICS.md §1 has the proof.
+//! ever subnormal; NUMERICS.md §7 has the proof.
 const std = @import("std");
 
 /// 2^-40, for the operands of a dot product: the hidden input x, the normalized activation y,

@@ -5,9 +5,9 @@
 //! integer operations on the bit pattern, integer comparisons and selects. There is no
 //! division, no square root, no library transcendental and no reassociation, so the same
 //! sequence of operations written in Metal (safe math) or CUDA (`--fmad=false`, explicit
-//! `fmaf`) gives the same bits. The exact operation lists are in docs/NUMERICS.md (drafted
-//! as docs/NUMERICS.math.md); the code below follows them one to one and must be kept in
-//! step with them.
+//! `fmaf`) gives the same bits. The exact operation lists are in docs/NUMERICS.md §6; the
+//! code below, and the GPU kernel source's lmh_rsqrt and lmh_tanh, follow them one to one
+//! and must be kept in step with them.
 //!
 //! Every function is generic over `f32` and `@Vector(n, f32)`; a lane's result never
 //! depends on the vector width or on the other lanes (no per-lane branches: all paths are
