@@ -27,17 +27,4 @@ kernel void count_non_finite_f32(constant lmh_count_non_finite_params &p [[buffe
     kernel void matvec_##name##_f32(constant lmh_matvec_params &p [[buffer(0)]], device const uint *x [[buffer(1)]], device const uchar *w [[buffer(2)]], device uint *out [[buffer(3)]], LMH_METAL_IDS) { \
         lmh_matvec(p, type, x, w, out, LMH_METAL_SIMDGROUP);                                            \
     }
-LMH_METAL_MATVEC(F32, LMH_TYPE_F32)
-LMH_METAL_MATVEC(F16, LMH_TYPE_F16)
-LMH_METAL_MATVEC(Q4_0, LMH_TYPE_Q4_0)
-LMH_METAL_MATVEC(Q5_0, LMH_TYPE_Q5_0)
-LMH_METAL_MATVEC(Q5_1, LMH_TYPE_Q5_1)
-LMH_METAL_MATVEC(Q8_0, LMH_TYPE_Q8_0)
-LMH_METAL_MATVEC(Q2_K, LMH_TYPE_Q2_K)
-LMH_METAL_MATVEC(Q3_K, LMH_TYPE_Q3_K)
-LMH_METAL_MATVEC(Q4_K, LMH_TYPE_Q4_K)
-LMH_METAL_MATVEC(Q5_K, LMH_TYPE_Q5_K)
-LMH_METAL_MATVEC(Q6_K, LMH_TYPE_Q6_K)
-LMH_METAL_MATVEC(IQ4_NL, LMH_TYPE_IQ4_NL)
-LMH_METAL_MATVEC(IQ4_XS, LMH_TYPE_IQ4_XS)
-LMH_METAL_MATVEC(BF16, LMH_TYPE_BF16)
+LMH_HEAD_TYPES(LMH_METAL_MATVEC)

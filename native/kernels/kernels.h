@@ -38,6 +38,13 @@
 #define LMH_TYPE_IQ4_XS 23u
 #define LMH_TYPE_BF16 30u
 
+// Every head type as X(name, type id), for the targets' matvec entry points.
+#define LMH_HEAD_TYPES(X)                                                                        \
+    X(F32, LMH_TYPE_F32) X(F16, LMH_TYPE_F16) X(Q4_0, LMH_TYPE_Q4_0) X(Q5_0, LMH_TYPE_Q5_0)       \
+    X(Q5_1, LMH_TYPE_Q5_1) X(Q8_0, LMH_TYPE_Q8_0) X(Q2_K, LMH_TYPE_Q2_K) X(Q3_K, LMH_TYPE_Q3_K)   \
+    X(Q4_K, LMH_TYPE_Q4_K) X(Q5_K, LMH_TYPE_Q5_K) X(Q6_K, LMH_TYPE_Q6_K) X(IQ4_NL, LMH_TYPE_IQ4_NL) \
+    X(IQ4_XS, LMH_TYPE_IQ4_XS) X(BF16, LMH_TYPE_BF16)
+
 // Flush thresholds (numerics/flush.zig): 2^-40 for the operands of a dot product, 2^-125
 // for every other flushed value.
 #define LMH_DOT_OPERAND_MIN 0x2B800000u

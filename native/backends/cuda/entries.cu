@@ -28,17 +28,4 @@ extern "C" __global__ void count_non_finite_f32(lmh_count_non_finite_params p, c
         LMH_CUDA_IDS                                                                                           \
         lmh_matvec(p, type, x, w, out, simdgroup, simdgroups, lane);                                           \
     }
-LMH_CUDA_MATVEC(F32, LMH_TYPE_F32)
-LMH_CUDA_MATVEC(F16, LMH_TYPE_F16)
-LMH_CUDA_MATVEC(Q4_0, LMH_TYPE_Q4_0)
-LMH_CUDA_MATVEC(Q5_0, LMH_TYPE_Q5_0)
-LMH_CUDA_MATVEC(Q5_1, LMH_TYPE_Q5_1)
-LMH_CUDA_MATVEC(Q8_0, LMH_TYPE_Q8_0)
-LMH_CUDA_MATVEC(Q2_K, LMH_TYPE_Q2_K)
-LMH_CUDA_MATVEC(Q3_K, LMH_TYPE_Q3_K)
-LMH_CUDA_MATVEC(Q4_K, LMH_TYPE_Q4_K)
-LMH_CUDA_MATVEC(Q5_K, LMH_TYPE_Q5_K)
-LMH_CUDA_MATVEC(Q6_K, LMH_TYPE_Q6_K)
-LMH_CUDA_MATVEC(IQ4_NL, LMH_TYPE_IQ4_NL)
-LMH_CUDA_MATVEC(IQ4_XS, LMH_TYPE_IQ4_XS)
-LMH_CUDA_MATVEC(BF16, LMH_TYPE_BF16)
+LMH_HEAD_TYPES(LMH_CUDA_MATVEC)

@@ -72,20 +72,7 @@ static void run_count_non_finite(const void *params, void *const *buffers, lmh_u
         memcpy(&p, params, sizeof p);                                                                                     \
         lmh_matvec(p, type, (const lmh_u32 *)buffers[0], (const lmh_u8 *)buffers[1], (lmh_u32 *)buffers[2], simdgroup, simdgroups, lane); \
     }
-LMH_MATVEC_ENTRY(F32, LMH_TYPE_F32)
-LMH_MATVEC_ENTRY(F16, LMH_TYPE_F16)
-LMH_MATVEC_ENTRY(Q4_0, LMH_TYPE_Q4_0)
-LMH_MATVEC_ENTRY(Q5_0, LMH_TYPE_Q5_0)
-LMH_MATVEC_ENTRY(Q5_1, LMH_TYPE_Q5_1)
-LMH_MATVEC_ENTRY(Q8_0, LMH_TYPE_Q8_0)
-LMH_MATVEC_ENTRY(Q2_K, LMH_TYPE_Q2_K)
-LMH_MATVEC_ENTRY(Q3_K, LMH_TYPE_Q3_K)
-LMH_MATVEC_ENTRY(Q4_K, LMH_TYPE_Q4_K)
-LMH_MATVEC_ENTRY(Q5_K, LMH_TYPE_Q5_K)
-LMH_MATVEC_ENTRY(Q6_K, LMH_TYPE_Q6_K)
-LMH_MATVEC_ENTRY(IQ4_NL, LMH_TYPE_IQ4_NL)
-LMH_MATVEC_ENTRY(IQ4_XS, LMH_TYPE_IQ4_XS)
-LMH_MATVEC_ENTRY(BF16, LMH_TYPE_BF16)
+LMH_HEAD_TYPES(LMH_MATVEC_ENTRY)
 
 // Self-tests of the emulator, not kernels of the library (emulator_test.zig).
 // emulator_shuffles: out[160·s + 32·k + l] = what lane l of simdgroup s receives from the
@@ -118,26 +105,13 @@ typedef struct {
     lmh_body body;
 } lmh_kernel;
 
-#define LMH_MATVEC_KERNEL(name, type) { "matvec_" #name "_f32", sizeof(lmh_matvec_params), 3, type, run_matvec_##name }
+#define LMH_MATVEC_KERNEL(name, type) { "matvec_" #name "_f32", sizeof(lmh_matvec_params), 3, type, run_matvec_##name },
 
 static const lmh_kernel kernels[] = {
     { "rms_norm_f32", sizeof(lmh_rms_norm_params), 3, no_type, run_rms_norm },
     { "softcap_f32", sizeof(lmh_softcap_params), 1, no_type, run_softcap },
     { "count_non_finite_f32", sizeof(lmh_count_non_finite_params), 2, no_type, run_count_non_finite },
-    LMH_MATVEC_KERNEL(F32, LMH_TYPE_F32),
-    LMH_MATVEC_KERNEL(F16, LMH_TYPE_F16),
-    LMH_MATVEC_KERNEL(Q4_0, LMH_TYPE_Q4_0),
-    LMH_MATVEC_KERNEL(Q5_0, LMH_TYPE_Q5_0),
-    LMH_MATVEC_KERNEL(Q5_1, LMH_TYPE_Q5_1),
-    LMH_MATVEC_KERNEL(Q8_0, LMH_TYPE_Q8_0),
-    LMH_MATVEC_KERNEL(Q2_K, LMH_TYPE_Q2_K),
-    LMH_MATVEC_KERNEL(Q3_K, LMH_TYPE_Q3_K),
-    LMH_MATVEC_KERNEL(Q4_K, LMH_TYPE_Q4_K),
-    LMH_MATVEC_KERNEL(Q5_K, LMH_TYPE_Q5_K),
-    LMH_MATVEC_KERNEL(Q6_K, LMH_TYPE_Q6_K),
-    LMH_MATVEC_KERNEL(IQ4_NL, LMH_TYPE_IQ4_NL),
-    LMH_MATVEC_KERNEL(IQ4_XS, LMH_TYPE_IQ4_XS),
-    LMH_MATVEC_KERNEL(BF16, LMH_TYPE_BF16),
+    LMH_HEAD_TYPES(LMH_MATVEC_KERNEL)
     { "emulator_shuffles", sizeof(lmh_u32), 1, no_type, run_shuffles },
     { "emulator_diverges", sizeof(lmh_u32), 1, no_type, run_diverges },
 };
