@@ -1,4 +1,4 @@
-//! The one admission predicate for an output head (spec §8.3): the 1-row and the N-row
+//! The one admission predicate for an output head: the 1-row and the N-row
 //! calls, the loader and every encode go through it, so they can never disagree.
 const std = @import("std");
 const status = @import("status.zig");
@@ -15,7 +15,7 @@ pub fn admitHead(type_id: u32, hidden: u64, vocab: u64, weight_bytes: u64, tied:
         return fail(error.Unsupported, "unknown or unsupported ggml type id {d} for an output head", .{type_id});
     if (!format.head) return fail(error.Unsupported, "type {s} is not admitted as an output head", .{format.name});
     if (tied and !format.tied_head)
-        return fail(error.Unsupported, "tied head of stored type {s}: the embedding gather rejects {s}, so hf2q rejects it as a tied head", .{ format.name, format.name });
+        return fail(error.Unsupported, "tied head of stored type {s}: the token embedding gather does not decode {s}, so it cannot be a tied head", .{ format.name, format.name });
     try checkDims(hidden, vocab);
     if (hidden % format.block_values != 0)
         return fail(error.InvalidArgument, "hidden {d} is not a multiple of the {s} block of {d} values", .{ hidden, format.name, format.block_values });

@@ -1,8 +1,9 @@
 //! The one definition of every GGML block format lmhead accepts for the output head
-//! (hf2q-head-spec.md §4): the size/offset table, the scalar reference decoders (bit-exact
+//! (docs/NUMERICS.md §2): the size/offset table, the scalar reference decoders (bit-exact
 //! with gguf-py's numpy dequantization) and the lane-major chunk decoder used by the CPU kernel.
 const std = @import("std");
 const lanes = @import("lanes.zig");
+const ggml_types = @import("ggml_types.zig");
 
 /// ggml type ids (ggml.h `enum ggml_type`).
 pub const Type = enum(u32) {
@@ -72,19 +73,22 @@ pub const Format = struct {
     d_offset: u32,
     /// Byte offset of the f16 `dmin`/`m` field if the format has one.
     m_offset: ?u32,
-    /// hf2q admits it as an untied output.weight (all 14 types).
+    /// Admitted as an untied output.weight (all 14 types).
     head: bool,
-    /// hf2q also admits it as a tied token_embd head.
+    /// Also admitted as a tied token_embd head (the types the embedding gather decodes).
     tied_head: bool,
 };
 
-/// One table entry, its sizes and offsets taken from the block layout.
-fn entry(comptime t: Type, comptime name: []const u8, comptime block_values: u32, comptime tied_head: bool) Format {
+/// One table entry: name and block size from the table of every ggml type (which the block
+/// layout must match), offsets from the block layout.
+fn entry(comptime t: Type, comptime tied_head: bool) Format {
     const B = Block(t);
+    const ggml = ggml_types.table[@intFromEnum(t)];
+    if (ggml.id != @intFromEnum(t) or ggml.block_bytes != @sizeOf(B)) @compileError("block layout of " ++ ggml.name ++ " disagrees with ggml_types.zig");
     return .{
         .type = t,
-        .name = name,
-        .block_values = block_values,
+        .name = ggml.name,
+        .block_values = ggml.block_values,
         .block_bytes = @sizeOf(B),
         .d_offset = if (@hasField(B, "d")) @offsetOf(B, "d") else 0,
         .m_offset = if (@hasField(B, "dmin")) @offsetOf(B, "dmin") else if (@hasField(B, "m")) @offsetOf(B, "m") else null,
@@ -95,28 +99,26 @@ fn entry(comptime t: Type, comptime name: []const u8, comptime block_values: u32
 
 /// Every format, in ggml type-id order.
 pub const all = [_]Format{
-    entry(.f32, "F32", 1, true),
-    entry(.f16, "F16", 1, true),
-    entry(.q4_0, "Q4_0", 32, true),
-    entry(.q5_0, "Q5_0", 32, false),
-    entry(.q5_1, "Q5_1", 32, false),
-    entry(.q8_0, "Q8_0", 32, true),
-    entry(.q2_k, "Q2_K", 256, true),
-    entry(.q3_k, "Q3_K", 256, false),
-    entry(.q4_k, "Q4_K", 256, true),
-    entry(.q5_k, "Q5_K", 256, true),
-    entry(.q6_k, "Q6_K", 256, true),
-    entry(.iq4_nl, "IQ4_NL", 32, false),
-    entry(.iq4_xs, "IQ4_XS", 256, false),
-    entry(.bf16, "BF16", 1, true),
+    entry(.f32, true),
+    entry(.f16, true),
+    entry(.q4_0, true),
+    entry(.q5_0, false),
+    entry(.q5_1, false),
+    entry(.q8_0, true),
+    entry(.q2_k, true),
+    entry(.q3_k, false),
+    entry(.q4_k, true),
+    entry(.q5_k, true),
+    entry(.q6_k, true),
+    entry(.iq4_nl, false),
+    entry(.iq4_xs, false),
+    entry(.bf16, true),
 };
 
 comptime {
-    // ggml's block sizes (ggml-common.h static asserts), and the canonical chunk of
-    // numerics/lanes.zig: a whole number of blocks, and each lane's 8 values share one scale.
-    const expected_bytes = .{ .f32 = 4, .f16 = 2, .q4_0 = 18, .q5_0 = 22, .q5_1 = 24, .q8_0 = 34, .q2_k = 84, .q3_k = 110, .q4_k = 144, .q5_k = 176, .q6_k = 210, .iq4_nl = 18, .iq4_xs = 136, .bf16 = 2 };
+    // The canonical chunk of numerics/lanes.zig: a whole number of blocks, and each lane's
+    // 8 values share one scale.
     for (all) |f| {
-        std.debug.assert(f.block_bytes == @field(expected_bytes, @tagName(f.type)));
         std.debug.assert(lanes.chunk_values % f.block_values == 0);
         std.debug.assert(f.block_values == 1 or f.block_values % lanes.values_per_lane == 0);
     }
@@ -515,7 +517,7 @@ test "randomizeRow writes valid blocks: every quantized value is finite" {
 
 test "format table and rowBytes" {
     const expect = testing.expect;
-    // Sizes of hf2q-head-spec §4.
+    // ggml's block sizes (ggml-common.h), as literal numbers.
     const sizes = [_]struct { Type, u32, u32 }{
         .{ .f32, 1, 4 },      .{ .f16, 1, 2 },      .{ .bf16, 1, 2 },     .{ .q4_0, 32, 18 },     .{ .q5_0, 32, 22 },
         .{ .q5_1, 32, 24 },   .{ .q8_0, 32, 34 },   .{ .iq4_nl, 32, 18 }, .{ .iq4_xs, 256, 136 }, .{ .q2_k, 256, 84 },
