@@ -1,9 +1,9 @@
 //! The canonical reduction order of docs/NUMERICS.md, shared by every kernel.
 //!
-//! A dot product over k values is computed by 32 lanes (a Metal simdgroup, a CUDA warp,
+//! A dot product over n values is computed by 32 lanes (a Metal simdgroup, a CUDA warp,
 //! or one @Vector(32, f32) on the CPU). The values form chunks of 256; lane l owns the
 //! 8 contiguous values [256c + 8l, 256c + 8l + 8) of chunk c and accumulates them with
-//! fma in increasing index order, chunk after chunk, starting from +0. Values past k
+//! fma in increasing index order, chunk after chunk, starting from +0. Values past n
 //! count as 0·0, which leaves a partial unchanged. The 32 partials then combine by a
 //! fixed butterfly of adds with partners l^16, l^8, l^4, l^2, l^1; lane 0 holds the result.
 //!
@@ -17,11 +17,11 @@ pub const chunk_values = lane_count * values_per_lane;
 
 pub const Lanes = @Vector(lane_count, f32);
 
-pub fn chunkCount(k: usize) usize {
-    return std.math.divCeil(usize, k, chunk_values) catch unreachable;
+pub fn chunkCount(values: usize) usize {
+    return std.math.divCeil(usize, values, chunk_values) catch unreachable;
 }
 
-/// Lane-major copy of one row of k values into dst (chunkCount(k)·256 values, zero-padded).
+/// Lane-major copy of one row of values into dst (chunkCount(k)·256 values, zero-padded).
 pub fn toLaneMajor(src: []const f32, dst: []f32) void {
     std.debug.assert(dst.len == chunkCount(src.len) * chunk_values);
     for (0..chunkCount(src.len)) |c| {
@@ -69,7 +69,7 @@ test "lane-major layout and butterfly follow the written order" {
     toLaneMajor(&natural, &major);
     try std.testing.expectEqual(@as(f32, 8 * 3 + 5), major[32 * 5 + 3]); // lane 3, step 5 of chunk 0
     try std.testing.expectEqual(@as(f32, 256 + 8 * 1 + 2), major[256 + 32 * 2 + 1]);
-    try std.testing.expectEqual(@as(f32, 0), major[256 + 32 * 0 + 6]); // value 304 is past k: zero
+    try std.testing.expectEqual(@as(f32, 0), major[256 + 32 * 0 + 6]); // value 304 is past the row: zero
     // The butterfly is not a left-to-right sum: 2^24 + 1 + 1 ... loses the ones in one order only.
     var p: Lanes = @splat(0);
     p[0] = 16777216;

@@ -389,23 +389,23 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out:
     }
 }
 
-/// Decodes elements [256*chunk, 256*chunk+256) of one weight row (row = the row's bytes; k = values in
-/// the row) into out in lane-major order: out[32*i + l] = element (256*chunk + 8*l + i), for lane l in
-/// 0..32, step i in 0..8. Elements at or past k are +0.0. Equals decodeBlock bit for bit.
-/// Requires row.len == rowBytes(t, k) and 256*chunk < k.
-pub inline fn chunkLanes(comptime t: Type, row: []const u8, chunk: usize, k: usize, out: *[256]f32) void {
+/// Decodes elements [256*chunk, 256*chunk+256) of one weight row (row = the row's bytes; row_values =
+/// values in the row) into out in lane-major order: out[32*i + l] = element (256*chunk + 8*l + i), for lane l in
+/// 0..32, step i in 0..8. Elements at or past row_values are +0.0. Equals decodeBlock bit for bit.
+/// Requires row.len == rowBytes(t, row_values) and 256*chunk < row_values.
+pub inline fn chunkLanes(comptime t: Type, row: []const u8, chunk: usize, row_values: usize, out: *[256]f32) void {
     // Inlined into the kernel's loop; its shuffle masks are built at comptime there.
     @setEvalBranchQuota(100_000);
     const f = comptime of(t);
     const cb = comptime chunkBytes(t);
     const start = 256 * chunk;
-    std.debug.assert(start < k and k % f.block_values == 0);
-    std.debug.assert(row.len == k / f.block_values * f.block_bytes);
+    std.debug.assert(start < row_values and row_values % f.block_values == 0);
+    std.debug.assert(row.len == row_values / f.block_values * f.block_bytes);
     const off = chunk * cb;
-    if (start + 256 <= k) return decodeFullChunk(t, row[off..][0..cb], out);
+    if (start + 256 <= row_values) return decodeFullChunk(t, row[off..][0..cb], out);
     // Partial last chunk: decode a zero-padded copy, then force the missing elements to +0.0
     // (a zero block can decode to -0.0, e.g. Q4_0 gives 0·(0−8)).
-    const valid = k - start;
+    const valid = row_values - start;
     var buf: [cb]u8 = @splat(0);
     const nbytes = valid / f.block_values * f.block_bytes;
     @memcpy(buf[0..nbytes], row[off..][0..nbytes]);
@@ -422,11 +422,11 @@ pub inline fn chunkLanes(comptime t: Type, row: []const u8, chunk: usize, k: usi
 }
 
 /// Simple reference for decodeChunkLanes (natural decode, then transpose); used by the tests.
-fn decodeChunkLanesRef(comptime t: Type, row: []const u8, chunk: usize, k: usize, out: *[256]f32) void {
+fn decodeChunkLanesRef(comptime t: Type, row: []const u8, chunk: usize, row_values: usize, out: *[256]f32) void {
     const f = comptime of(t);
     var nat: [256]f32 = @splat(0);
     const start = 256 * chunk;
-    const valid = @min(256, k - start);
+    const valid = @min(256, row_values - start);
     const nblocks = valid / f.block_values;
     const first = start / f.block_values;
     for (0..nblocks) |b| {
@@ -462,29 +462,29 @@ test "f16Vec and f16VecInt equal f16ToF32 on all 65536 patterns" {
     try testing.expectEqual(@as(u32, 0x477fe000), @as(u32, @bitCast(f16ToF32(0x7bff))));
 }
 
-/// Random row of `k` values of type t (see randomizeRow, .wide scales) in buf.
-fn randomRow(comptime t: Type, r: std.Random, k: usize, buf: []u8) []u8 {
+/// Random row of `row_values` values of type t (see randomizeRow, .wide scales) in buf.
+fn randomRow(comptime t: Type, r: std.Random, row_values: usize, buf: []u8) []u8 {
     const f = comptime of(t);
-    const row = buf[0 .. k / f.block_values * f.block_bytes];
+    const row = buf[0 .. row_values / f.block_values * f.block_bytes];
     formats.randomizeRow(t, r, row, .wide);
     return row;
 }
 
-fn checkLanes(comptime t: Type, row: []const u8, k: usize) !void {
-    const nchunks = (k + 255) / 256;
+fn checkLanes(comptime t: Type, row: []const u8, row_values: usize) !void {
+    const nchunks = (row_values + 255) / 256;
     for (0..nchunks) |c| {
         var want: [256]f32 = undefined;
         var got: [256]f32 = undefined;
-        decodeChunkLanesRef(t, row, c, k, &want);
-        // Elements past k must be +0.0.
+        decodeChunkLanesRef(t, row, c, row_values, &want);
+        // Elements past row_values must be +0.0.
         for (0..32) |l| for (0..8) |i| {
-            if (256 * c + 8 * l + i >= k) try testing.expectEqual(@as(u32, 0), @as(u32, @bitCast(want[32 * i + l])));
+            if (256 * c + 8 * l + i >= row_values) try testing.expectEqual(@as(u32, 0), @as(u32, @bitCast(want[32 * i + l])));
         };
         @memset(&got, std.math.nan(f32));
-        chunkLanes(t, row, c, k, &got);
+        chunkLanes(t, row, c, row_values, &got);
         for (0..256) |p| {
             if (@as(u32, @bitCast(want[p])) != @as(u32, @bitCast(got[p]))) {
-                std.debug.print("{s} k={d} chunk {d}: out[{d}] (lane {d}, step {d}) expected 0x{x:0>8}, got 0x{x:0>8}\n", .{ @tagName(t), k, c, p, p % 32, p / 32, @as(u32, @bitCast(want[p])), @as(u32, @bitCast(got[p])) });
+                std.debug.print("{s} row_values={d} chunk {d}: out[{d}] (lane {d}, step {d}) expected 0x{x:0>8}, got 0x{x:0>8}\n", .{ @tagName(t), row_values, c, p, p % 32, p / 32, @as(u32, @bitCast(want[p])), @as(u32, @bitCast(got[p])) });
                 return error.TestExpectedEqual;
             }
         }
@@ -518,11 +518,11 @@ test "chunkLanes equals the transposed decodeBlock output bit for bit" {
             32 => &.{ 32, 64, 224, 256, 288, 1152, 2816, 4096 + 96 },
             else => &.{ 256, 512, 2816 },
         };
-        for (0..4) |_| for (ks) |k| try checkLanes(t, randomRow(t, r, k, buf), k);
+        for (0..4) |_| for (ks) |row_values| try checkLanes(t, randomRow(t, r, row_values, buf), row_values);
         // Extreme code bytes (all 0x00 / all 0xFF) with random finite scales.
         for ([_]u8{ 0x00, 0xff }) |fill| {
-            const k: usize = 512;
-            const row = randomRow(t, r, k, buf);
+            const row_values: usize = 512;
+            const row = randomRow(t, r, row_values, buf);
             if (f.block_values > 1) {
                 var b: usize = 0;
                 while (b < row.len) : (b += f.block_bytes) {
@@ -533,7 +533,7 @@ test "chunkLanes equals the transposed decodeBlock output bit for bit" {
                     }
                 }
             }
-            try checkLanes(t, row, k);
+            try checkLanes(t, row, row_values);
         }
     }
     // Every 16-bit pattern through the dense lane decoders.
