@@ -257,21 +257,21 @@ export class GraphSession implements Disposable {
     for (const b of [...reads, ...writes]) this.#used.add(b);
   }
 
-  /** output[r] = (input[r]·rsqrt(mean(input[r]²) + eps))·weight, rows × dim f32. */
-  rmsNorm(input: MlxBuffer, weight: MlxBuffer, output: MlxBuffer, rows: number, dim: number, eps: number): void {
+  /** output[r] = (input[r]·rsqrt(mean(input[r]²) + eps))·weight, rows × hidden f32. */
+  rmsNorm(input: MlxBuffer, weight: MlxBuffer, output: MlxBuffer, rows: number, hidden: number, eps: number): void {
     checkCount(rows, "rows");
-    checkCount(dim, "dim");
-    check(lib.lmh_session_rms_norm(this.handle, input.handle, weight.handle, output.handle, rows, dim, eps), "rms_norm");
+    checkCount(hidden, "hidden");
+    check(lib.lmh_session_rms_norm(this.handle, input.handle, weight.handle, output.handle, rows, hidden, eps), "rms_norm");
     this.#keep(input, weight, output);
   }
 
-  /** output[r, j] = Σ_k input[r, k]·W[j, k], W = vocab rows of k values of ggml type typeId. */
-  matvec(input: MlxBuffer, weight: MlxBuffer, typeId: number, output: MlxBuffer, rows: number, k: number, vocab: number): void {
+  /** output[r, j] = Σ_i input[r, i]·W[j, i], W = vocab rows of hidden values of ggml type typeId. */
+  matvec(input: MlxBuffer, weight: MlxBuffer, typeId: number, output: MlxBuffer, rows: number, hidden: number, vocab: number): void {
     checkCount(rows, "rows");
-    checkCount(k, "k");
+    checkCount(hidden, "hidden");
     checkCount(vocab, "vocab");
     checkCount(typeId, "type id");
-    check(lib.lmh_session_matvec(this.handle, input.handle, weight.handle, typeId, output.handle, rows, k, vocab), "matvec");
+    check(lib.lmh_session_matvec(this.handle, input.handle, weight.handle, typeId, output.handle, rows, hidden, vocab), "matvec");
     this.#keep(input, weight, output);
   }
 
