@@ -136,24 +136,32 @@ describe("non-finite rows", () => {
     const good = head.weights.lmHeadBatched(x, n, new Float32Array(n * vocab));
     x[1 * hidden + 7] = NaN;
     x[3 * hidden] = Infinity;
-    let error: unknown;
-    try {
-      head.weights.lmHeadBatched(x, n);
-    } catch (e) {
-      error = e;
-    }
-    expect(error).toBeInstanceOf(NonFiniteRowsError);
-    expect((error as NonFiniteRowsError).rows).toEqual([1, 3]);
-    expect((error as NonFiniteRowsError).n).toBe(n);
-    expect((error as Error).message).toStartWith("Gemma batched output head: non-finite logits in rows 1, 3 of 5 (row 1: hidden value 7 is NaN)");
-    // The rows left, run again, are the same bits (row identity).
-    const kept = [0, 2, 4];
-    const again = new Float32Array(kept.length * hidden);
-    kept.forEach((r, i) => again.set(x.subarray(r * hidden, (r + 1) * hidden), i * hidden));
-    const out = head.weights.lmHeadBatched(again, kept.length);
-    kept.forEach((r, i) => expect(bits(out.row(i))).toEqual(bits(good.row(r))));
+    const error = nonFiniteError(x, n);
+    expect(error.rows).toEqual([1, 3]);
+    expect(error.n).toBe(n);
+    expect(error.message).toStartWith("Gemma batched output head: non-finite logits in rows 1, 3 of 5 (row 1: hidden value 7 is NaN)");
+    expectKeptRows(x, [0, 2, 4], good);
   });
 });
+
+/** The NonFiniteRowsError an n-row call on x throws. */
+function nonFiniteError(x: Float32Array, n: number): NonFiniteRowsError {
+  try {
+    head.weights.lmHeadBatched(x, n);
+  } catch (e) {
+    expect(e).toBeInstanceOf(NonFiniteRowsError);
+    return e as NonFiniteRowsError;
+  }
+  throw new Error("no NonFiniteRowsError");
+}
+
+/** The rows `kept` of x, run again alone, give the bits they had in `good` (row identity). */
+function expectKeptRows(x: Float32Array, kept: number[], good: BatchedHeadOut): void {
+  const again = new Float32Array(kept.length * hidden);
+  kept.forEach((r, i) => again.set(x.subarray(r * hidden, (r + 1) * hidden), i * hidden));
+  const out = head.weights.lmHeadBatched(again, kept.length);
+  kept.forEach((r, i) => expect(bits(out.row(i))).toEqual(bits(good.row(r))));
+}
 
 describe("rows that cannot be normalised", () => {
   test("a row whose sum of squares overflows f32 is a NonFiniteRowsError, never zero logits; the others keep their bits", () => {
@@ -162,21 +170,10 @@ describe("rows that cannot be normalised", () => {
     const good = head.weights.lmHeadBatched(x, n, new Float32Array(n * vocab));
     // RMS 1e20: finite values whose squares overflow f32, so the norm's rsqrt would see +Inf.
     x.fill(1e20, 1 * hidden, 2 * hidden);
-    let error: unknown;
-    try {
-      head.weights.lmHeadBatched(x, n);
-    } catch (e) {
-      error = e;
-    }
-    expect(error).toBeInstanceOf(NonFiniteRowsError);
-    expect((error as NonFiniteRowsError).rows).toEqual([1]);
-    expect((error as Error).message).toContain("row 1: its RMS is too large to normalise in f32");
-    const kept = new Float32Array(2 * hidden);
-    kept.set(x.subarray(0, hidden), 0);
-    kept.set(x.subarray(2 * hidden, 3 * hidden), hidden);
-    const out = head.weights.lmHeadBatched(kept, 2);
-    expect(bits(out.row(0))).toEqual(bits(good.row(0)));
-    expect(bits(out.row(1))).toEqual(bits(good.row(2)));
+    const error = nonFiniteError(x, n);
+    expect(error.rows).toEqual([1]);
+    expect(error.message).toContain("row 1: its RMS is too large to normalise in f32");
+    expectKeptRows(x, [0, 2], good);
   });
 });
 
