@@ -50,6 +50,9 @@ export interface BenchRow {
   /** Head bytes / ms. */
   gbs: number;
   percentOfBandwidth: number | null;
+  /** max(head bytes / read bandwidth, N·vocab·hidden fmas / fma rate), ms; and that over ms. */
+  floorMs: number | null;
+  percentOfFloor: number | null;
   /** ms(N) / ms(1). */
   timeVsN1: number | null;
   /** N one-row calls, ms (median), and that over one N-row call. */
@@ -66,7 +69,7 @@ export interface BenchResult {
   iterations: number;
   warmup: number;
   /** Read bandwidth, probed again just before each type: on a shared machine it drifts. */
-  types: { type: string; typeId: number; headBytes: number; bandwidth: BandwidthResult | null; floorMs: number | null }[];
+  types: { type: string; typeId: number; headBytes: number; bandwidth: BandwidthResult | null; floorMs: number | null; fmasPerSecond: number | null }[];
   rows: BenchRow[];
   /** With --peer: lmhead and the peer side by side. */
   peer?: PeerResult;
@@ -181,6 +184,8 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       });
       weights.lmHeadBatched(inputs.get(maxRows) ?? hiddenRows, maxRows); // scratch for the largest N, first touch
       const bandwidth = o.probeBytes > 0 ? device.readBandwidth({ bytes: o.probeBytes }) : null;
+      // At large N the canonical order is bound by its fmas, not by the weights' bytes.
+      const fmasPerSecond = o.probeBytes > 0 ? device.fmaRate() : null;
 
       const tasks: TimedTask[] = [];
       for (const n of o.rows) {
@@ -195,12 +200,14 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       const latency = await timeTasks(f.name, tasks, o, (task) => bar.update(++done, `${f.name} ${task}`));
       const median = (name: string) => latency.get(name)!;
       const floorMs = bandwidth ? bytes / 1e6 / bandwidth.gbs : null;
-      types.push({ type: f.name, typeId, headBytes: bytes, bandwidth, floorMs });
+      types.push({ type: f.name, typeId, headBytes: bytes, bandwidth, floorMs, fmasPerSecond });
       const ms1 = o.rows.includes(1) ? median("batched N=1").p50 : null;
       for (const n of o.rows) {
         const lat = median(`batched N=${n}`);
         const scalar = n > 1 ? median(`scalar N=${n}`).p50 : lat.p50;
         const gbs = bytes / 1e6 / lat.p50;
+        const fmaFloorMs = fmasPerSecond ? (n * o.vocab * o.hidden) / fmasPerSecond * 1e3 : null;
+        const rowFloorMs = floorMs !== null && fmaFloorMs !== null ? Math.max(floorMs, fmaFloorMs) : null;
         rows.push({
           type: f.name,
           typeId,
@@ -211,6 +218,8 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
           samples: lat.samplesCount,
           gbs,
           percentOfBandwidth: bandwidth ? (100 * gbs) / bandwidth.gbs : null,
+          floorMs: rowFloorMs,
+          percentOfFloor: rowFloorMs !== null ? (100 * rowFloorMs) / lat.p50 : null,
           timeVsN1: ms1 !== null ? lat.p50 / ms1 : null,
           scalarMs: scalar,
           scalarOverBatched: scalar / lat.p50,
@@ -218,7 +227,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       }
       if (peer) await peer.runType(weights, hiddenRows, (task) => bar.update(++done, `${f.name} ${task}`));
       bar.finish();
-      const read = bandwidth ? `; read bandwidth ${fixed(bandwidth.gbs, 2)} GB/s (${bandwidth.method})` : "";
+      const read = bandwidth ? `; read bandwidth ${fixed(bandwidth.gbs, 2)} GB/s (${bandwidth.method}), ${fixed(fmasPerSecond! / 1e9, 1)} G fma/s` : "";
       log(`${f.name}: ${(bytes / 1e6).toFixed(1)} MB of weights generated in ${genMs.toFixed(0)} ms, benched${read}`);
     }
   } finally {
@@ -239,13 +248,15 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
 }
 
 export function formatBenchTable(r: BenchResult): string {
-  const header = ["type", "N", "ms/call", "GB/s", "% read bw", "t(N)/t(1)", "scalar/batched"];
+  const header = ["type", "N", "ms/call", "GB/s", "% read bw", "floor ms", "% of floor", "t(N)/t(1)", "scalar/batched"];
   const body = r.rows.map((row) => [
     row.type,
     String(row.n),
     fixed(row.ms, 2),
     fixed(row.gbs, 2),
     row.percentOfBandwidth === null ? "n/a" : `${fixed(row.percentOfBandwidth, 1)}%`,
+    row.floorMs === null ? "n/a" : fixed(row.floorMs, 2),
+    row.percentOfFloor === null ? "n/a" : `${fixed(row.percentOfFloor, 1)}%`,
     fixed(row.timeVsN1, 2),
     fixed(row.scalarOverBatched, 2),
   ]);
@@ -297,6 +308,7 @@ async function benchMain(argv: string[]): Promise<number> {
   writeFileSync(`${base}.svg`, benchSvg(result));
   console.log(`lmhead bench: vocab ${result.vocab} x hidden ${result.hidden}, ${result.device}, median of ${result.iterations} iterations`);
   console.log("% read bw = head bytes / time against the read bandwidth probed just before that type");
+  console.log("floor = max(head bytes / read bandwidth, N·vocab·hidden fmas / the fma rate probed with it); % of floor = floor / time");
   console.log("scalar/batched = time of N one-row calls / time of one N-row call (> 1: batching wins)\n");
   console.log(formatBenchTable(result));
   if (result.peer) {

@@ -440,6 +440,20 @@ fn deviceReadBandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_ou
     o.* = try d.readBandwidth(bytes, passes);
 }
 
+/// Measures the device's f32 fma rate, the floor of a head call at large N (rows·vocab·hidden
+/// fmas / rate): *fmas_per_second_out = the median of `passes` runs with every thread.
+export fn lmh_device_fma_rate(device: u64, passes: u32, fmas_per_second_out: ?*f64) i32 {
+    return call(deviceFmaRate(device, passes, fmas_per_second_out));
+}
+
+fn deviceFmaRate(device: u64, passes: u32, fmas_per_second_out: ?*f64) Error!void {
+    const o = try out(f64, fmas_per_second_out);
+    if (passes == 0 or passes > contract.max_probe_passes) return fail(error.OutOfBounds, "fma probe passes {d} outside [1, {d}]", .{ passes, contract.max_probe_passes });
+    const d = try devices.acquire(device);
+    defer d.release();
+    o.* = try d.fmaRate(passes);
+}
+
 /// The explicit limits: limits_out = [max rows per call, max hidden, max vocab, max buffer bytes].
 export fn lmh_limits(limits_out: ?*[4]u64) i32 {
     return call(limits(limits_out));

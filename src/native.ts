@@ -36,6 +36,7 @@ const symbols = {
   lmh_counters: { args: [ptr], returns: i32 },
   lmh_limits: { args: [ptr], returns: i32 },
   lmh_device_read_bandwidth: { args: [u64, u64, u32, ptr], returns: i32 },
+  lmh_device_fma_rate: { args: [u64, u32, ptr], returns: i32 },
   lmh_set_encode_trace: { args: [u32], returns: none },
   lmh_format_info: { args: [u32, ptr, ptr, u64, ptr], returns: i32 },
   lmh_head_admit: { args: [u32, u64, u64, u64, u32], returns: i32 },

@@ -83,6 +83,17 @@ export class MlxDevice implements Disposable {
     );
   }
 
+  /**
+   * This machine's f32 fma rate (fmas per second, every thread of the device): the floor of a
+   * head call at large N, where rows·vocab·hidden fmas in the canonical order bound it.
+   */
+  fmaRate(passes = 5): number {
+    checkCount(passes, "probe passes");
+    const out = new Float64Array(1);
+    check(lib.lmh_device_fma_rate(this.handle, passes, out), "fma rate");
+    return out[0]!;
+  }
+
   /** The probe buffer sizes readBandwidth accepts (the native probe's bounds), and its default. */
   static readonly probeBytes = { min: 2 ** 24, max: 2 ** 34, default: 512 * 2 ** 20 } as const;
 

@@ -169,3 +169,10 @@ test("the device's non-finite count is exact per row, whatever the neighbours", 
   session.finish();
   expect(Array.from(new Uint32Array(counts.read().buffer))).toEqual([2, 37, 2, 0]);
 });
+
+test("the fma-rate probe measures a positive rate and refuses a bad pass count", () => {
+  const rate = device.fmaRate(1);
+  expect(rate).toBeGreaterThan(1e8); // any CPU of this century does more than 0.1 G fma/s
+  expect(() => device.fmaRate(0)).toThrow(LmheadError);
+  expect(() => device.fmaRate(101)).toThrow(/fma probe passes 101 outside \[1, 100\]/);
+});

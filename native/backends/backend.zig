@@ -21,6 +21,8 @@
 //!   backend must make every earlier write visible to every later read there.
 //! - `B.readBandwidth(*B, bytes, passes) Error![2]f64`: the machine's own reference for the
 //!   head's floor, bytes per second [with all threads, with one].
+//! - `B.fmaRate(*B, passes) Error!f64`: the other floor's reference, f32 fmas per second with
+//!   every thread (or the whole GPU): at large N a canonical-order head is bound by its fmas.
 const std = @import("std");
 const params = @import("../kernels/params.zig");
 pub const Buffer = @import("../core/buffer.zig").Buffer;
@@ -79,6 +81,7 @@ pub fn check(comptime B: type) void {
     expect(B, "copyOut", fn (*B, M, u64, []u8) Error!void);
     expect(B, "execute", fn (*B, []const Command) Error!void);
     expect(B, "readBandwidth", fn (*B, u64, u32) Error![2]f64);
+    expect(B, "fmaRate", fn (*B, u32) Error!f64);
     if (B.host_visible) expect(B, "hostBytes", fn (M) []u8);
 }
 

@@ -132,6 +132,12 @@ pub const Device = struct {
         }
     }
 
+    pub fn fmaRate(device: *Device, passes: u32) Error!f64 {
+        return switch (device.backend) {
+            inline else => |b| try b.fmaRate(passes),
+        };
+    }
+
     pub fn readBandwidth(device: *Device, bytes: u64, passes: u32) Error![2]f64 {
         return switch (device.backend) {
             inline else => |b| try b.readBandwidth(bytes, passes),

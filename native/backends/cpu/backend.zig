@@ -182,6 +182,27 @@ pub const Backend = struct {
         };
     }
 
+    /// f32 fmas per second with every worker: the median of `passes` timed runs.
+    pub fn fmaRate(backend: *Backend, passes: u32) Error!f64 {
+        _ = backend;
+        std.debug.assert(passes >= 1 and passes <= contract.max_probe_passes);
+        _ = std.c.pthread_mutex_lock(&engine.lock);
+        defer _ = std.c.pthread_mutex_unlock(&engine.lock);
+        const rounds = 1 << 22;
+        var sinks: [pool_mod.max_workers]f32 = undefined;
+        var pass_ns: [contract.max_probe_passes]u64 = undefined;
+        for (0..passes + 1) |pass| {
+            var job: kernels.FmaProbeJob = .{ .rounds = rounds, .sinks = &sinks };
+            const start = nanoseconds();
+            engine.pool.runWork(&job, engine.kernels.fma_probe);
+            if (pass > 0) pass_ns[pass - 1] = nanoseconds() - start; // pass 0 wakes the workers
+        }
+        std.mem.doNotOptimizeAway(sinks);
+        std.mem.sort(u64, pass_ns[0..passes], {}, std.sort.asc(u64));
+        const fmas = kernels.fmaProbeCount(rounds, engine.kernels.vector_bits) * engine.pool.worker_count;
+        return @as(f64, @floatFromInt(fmas)) / (@as(f64, @floatFromInt(@max(pass_ns[passes / 2], 1))) * 1e-9);
+    }
+
     pub fn execute(backend: *Backend, commands: []const Command) Error!void {
         _ = backend;
         _ = std.c.pthread_mutex_lock(&engine.lock);

@@ -30,6 +30,7 @@ pub const Table = extern struct {
     rms_norm: Work,
     softcap: Work,
     count_non_finite: Work,
+    fma_probe: Work,
     /// By position in formats.all.
     matvec: [formats.all.len]Work,
 };
@@ -81,6 +82,21 @@ pub const CountJob = extern struct {
     next: u32 = 0,
 };
 
+pub const FmaProbeJob = extern struct {
+    /// Rounds of fma_probe_chains independent fmas on one vector, per worker.
+    rounds: u64,
+    /// Per worker, so the chains cannot be optimized away.
+    sinks: [*]f32,
+};
+
+/// Independent fma chains per worker: enough to cover the latency of every fma unit.
+pub const fma_probe_chains = 16;
+
+/// f32 fmas the probe does per worker.
+pub fn fmaProbeCount(rounds: u64, vector_bits: u32) u64 {
+    return rounds * fma_probe_chains * (vector_bits / 32);
+}
+
 /// Scratch values a matvec needs per worker: a tile of decoded rows, then its accumulators.
 pub fn matvecScratchValues(rows: usize, row_values: usize) usize {
     return tile_rows_max * (row_values + rows * lanes.lane_count);
@@ -119,6 +135,7 @@ pub fn table(comptime name: [:0]const u8) Table {
     .rms_norm = erase(RmsNormJob, rmsNorm),
     .softcap = erase(SoftcapJob, softcap),
     .count_non_finite = erase(CountJob, countNonFinite),
+    .fma_probe = erase(FmaProbeJob, fmaProbe),
     .matvec = blk: {
         var works: [formats.all.len]Work = undefined;
         for (formats.all, &works) |f, *w| w.* = erase(MatvecJob, MatvecKernel(f.type).work);
@@ -368,4 +385,19 @@ fn countNonFinite(job: *CountJob, worker: u32) void {
         while (i < row.len) : (i += 1) count += @intFromBool(!std.math.isFinite(row[i]));
         job.counts[r] = count;
     }
+}
+
+/// The FMA rate probe: chains of dependent fmas, as the matvec's accumulators are.
+fn fmaProbe(job: *FmaProbeJob, worker: u32) void {
+    var acc: [fma_probe_chains]Wide = undefined;
+    for (&acc, 0..) |*a, i| a.* = @splat(@floatFromInt(i));
+    const m: Wide = @splat(0.999);
+    const c: Wide = @splat(0.001);
+    var round: u64 = 0;
+    while (round < job.rounds) : (round += 1) {
+        inline for (&acc) |*a| a.* = @mulAdd(Wide, a.*, m, c);
+    }
+    var sum: Wide = @splat(0);
+    for (acc) |a| sum += a;
+    job.sinks[worker] = @reduce(.Add, sum);
 }
