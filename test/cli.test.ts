@@ -200,7 +200,7 @@ describe("lmhead bench", () => {
     const out = join(dir, "bench-out");
     const r = lmhead("bench", "--types", "Q8_0,F16", "--vocab", "512", "--hidden", "256", "--rows", "1,2,4", "--iterations", "2", "--warmup", "0", "--probe-mib", "16", "--out", out);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/type\s+N\s+ms\/call\s+GB\/s\s+% read bw\s+t\(N\)\/t\(1\)\s+scalar\/batched/);
+    expect(r.stdout).toMatch(/type\s+N\s+ms\/call\s+GB\/s\s+% read bw\s+floor ms\s+% of floor\s+t\(N\)\/t\(1\)\s+scalar\/batched/);
     expect(r.stdout).toMatch(/^Q8_0\s+4\s+\d+\.\d+/m);
     expect(r.stdout).toMatch(/^F16\s+1\s+\d+\.\d+/m);
     const json = JSON.parse(readFileSync(join(out, "head-bench-512x256.json"), "utf8"));
@@ -210,6 +210,10 @@ describe("lmhead bench", () => {
     expect(f16).toMatchObject({ type: "F16", n: 2 });
     expect(f16.ms).toBeGreaterThan(0);
     expect(f16.scalarOverBatched).toBeGreaterThan(0);
+    // The floor is the larger of the bandwidth and the fma floors, both probed in the run.
+    const type = json.types.find((t: { type: string }) => t.type === "F16");
+    expect(type.fmasPerSecond).toBeGreaterThan(0);
+    expect(f16.floorMs).toBeCloseTo(Math.max(type.floorMs, (2 * 512 * 256 * 1e3) / type.fmasPerSecond), 9);
     expect(json.rows.find((row: { n: number }) => row.n === 1).timeVsN1).toBe(1);
     const svg = readFileSync(join(out, "head-bench-512x256.svg"), "utf8");
     expect(svg).toStartWith("<svg");
