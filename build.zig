@@ -46,6 +46,16 @@ pub fn build(b: *std.Build) void {
     }
     addEmulator(b, test_module);
     const tests = b.addTest(.{ .root_module = test_module });
+
+    // The GPU test and bench driver: a native program (the GPU machine has no Bun) linking the
+    // library's source; `zig build gpu-check` installs zig-out/bin/lmhead-gpu-check.
+    const gpu_check = b.addExecutable(.{ .name = "lmhead-gpu-check", .root_module = b.createModule(.{
+        .root_source_file = b.path("native/gpu_check.zig"),
+        .target = target,
+        .optimize = optimize,
+        .link_libc = true,
+    }) });
+    b.step("gpu-check", "Build the GPU test and bench driver").dependOn(&b.addInstallArtifact(gpu_check, .{}).step);
     const run_tests = b.addRunArtifact(tests);
     const test_step = b.step("test", "Run the Zig unit tests");
     test_step.dependOn(&run_tests.step);

@@ -1,0 +1,370 @@
+//! The CUDA backend: device memory, one stream per device, the kernels of module.zig
+//! launched in the session's order. libcuda and NVRTC are loaded when the first CUDA device
+//! opens (driver.zig). Every kernel follows docs/NUMERICS.md, so results equal the CPU
+//! backend's bit for bit.
+const std = @import("std");
+const status = @import("../../core/status.zig");
+const contract = @import("../backend.zig");
+const formats = @import("../../numerics/formats.zig");
+const driver = @import("driver.zig");
+const module = @import("module.zig");
+const Command = contract.Command;
+const Error = status.Error;
+const fail = status.fail;
+
+/// Launch shape of the warp-per-row kernels; passed to NVRTC as macros, so host and kernel agree.
+const warps_per_block = 4;
+const vocab_rows_per_warp = 2;
+const threads_per_block = 32 * warps_per_block;
+/// Activation rows one pass of the matvec shares each decoded weight with; a call uses the
+/// smallest that holds its rows, so N = 3 pays one decode of each chunk, not two.
+const rows_per_pass = [_]u32{ 1, 2, 4, 8 };
+/// Pinned staging: uploads alternate between two buffers so the host fills one while the
+/// other is copied; downloads use the first.
+const staging_bytes = 16 << 20;
+/// Matvec weights start this aligned (a GGUF tensor is 32-byte aligned; an allocation 256).
+const weight_alignment_bytes = 16;
+/// The largest kernel parameter: the params structs of kernels/params.zig.
+const max_argument_bytes = 32;
+
+/// The driver and NVRTC, loaded once per process and kept.
+var libraries_lock: std.c.pthread_mutex_t = .{};
+var libraries: ?struct { cuda: driver.Cuda, nvrtc: driver.LoadedNvrtc } = null;
+
+fn loadLibraries() Error!*const @TypeOf(libraries.?) {
+    _ = std.c.pthread_mutex_lock(&libraries_lock);
+    defer _ = std.c.pthread_mutex_unlock(&libraries_lock);
+    if (libraries == null) {
+        const cuda = try driver.loadCuda();
+        try cuda.check(cuda.cuInit(0), "cuInit");
+        libraries = .{ .cuda = cuda, .nvrtc = try driver.loadNvrtc() };
+    }
+    return &libraries.?;
+}
+
+const Kernels = struct {
+    rms_norm: driver.Function,
+    softcap: driver.Function,
+    count_non_finite: driver.Function,
+    probe_read: driver.Function,
+    probe_fma: driver.Function,
+    /// [type index in formats.all][index in rows_per_pass]
+    matvec: [formats.all.len][rows_per_pass.len]driver.Function,
+};
+
+pub const Backend = struct {
+    cuda: *const driver.Cuda,
+    nvrtc_path: []const u8,
+    device: driver.Device,
+    context: driver.Context,
+    stream: driver.Stream = null,
+    module: driver.Module = null,
+    kernels: Kernels = undefined,
+    staging: [2][*]u8 = undefined,
+    staging_free: [2]driver.Event = .{ null, null },
+    /// The stream and the staging buffers serve one call at a time.
+    lock: std.c.pthread_mutex_t = .{},
+    gpu_name: [96]u8 = @splat(0),
+    arch: u32 = 0,
+    multiprocessors: u32 = 0,
+
+    pub const name = "cuda";
+    pub const host_visible = false;
+    /// A device allocation. Wrapped host memory is copied in once: the caller keeps it
+    /// unchanged while the buffer lives, so the copy stays equal to it.
+    pub const Memory = struct { pointer: driver.DevicePointer, bytes: u64 };
+
+    pub fn create() Error!*Backend {
+        const libs = try loadLibraries();
+        const cuda = &libs.cuda;
+        var count: c_int = 0;
+        try cuda.check(cuda.cuDeviceGetCount(&count), "cuDeviceGetCount");
+        if (count == 0) return fail(error.Unsupported, "the CUDA driver sees no GPU", .{});
+        var device: driver.Device = 0;
+        try cuda.check(cuda.cuDeviceGet(&device, 0), "cuDeviceGet");
+        var context: driver.Context = null;
+        try cuda.check(cuda.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+        const backend = std.heap.c_allocator.create(Backend) catch {
+            _ = cuda.cuDevicePrimaryCtxRelease_v2(device);
+            return fail(error.OutOfMemory, "out of memory", .{});
+        };
+        backend.* = .{ .cuda = cuda, .nvrtc_path = std.mem.sliceTo(&libs.nvrtc.path, 0), .device = device, .context = context };
+        backend.setUp(&libs.nvrtc.table) catch |e| {
+            backend.destroy();
+            return e;
+        };
+        return backend;
+    }
+
+    fn setUp(backend: *Backend, nvrtc: *const driver.Nvrtc) Error!void {
+        const cuda = backend.cuda;
+        try cuda.check(cuda.cuCtxSetCurrent(backend.context), "cuCtxSetCurrent");
+        try cuda.check(cuda.cuDeviceGetName(&backend.gpu_name, backend.gpu_name.len - 1, backend.device), "cuDeviceGetName");
+        var major: c_int = 0;
+        var minor: c_int = 0;
+        var sms: c_int = 0;
+        try cuda.check(cuda.cuDeviceGetAttribute(&major, driver.attribute_compute_capability_major, backend.device), "cuDeviceGetAttribute");
+        try cuda.check(cuda.cuDeviceGetAttribute(&minor, driver.attribute_compute_capability_minor, backend.device), "cuDeviceGetAttribute");
+        try cuda.check(cuda.cuDeviceGetAttribute(&sms, driver.attribute_multiprocessor_count, backend.device), "cuDeviceGetAttribute");
+        backend.arch = @intCast(major * 10 + minor);
+        backend.multiprocessors = @intCast(@max(sms, 1));
+        try cuda.check(cuda.cuStreamCreate(&backend.stream, driver.stream_non_blocking), "cuStreamCreate");
+        for (&backend.staging, &backend.staging_free) |*s, *e| {
+            var host: ?*anyopaque = null;
+            try cuda.check(cuda.cuMemAllocHost_v2(&host, staging_bytes), "cuMemAllocHost");
+            s.* = @ptrCast(host.?);
+            try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
+        }
+        const ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
+        const image = try module.cubin(nvrtc, .{ .arch = backend.arch, .ftz = ftz, .defines = &.{
+            .{ "WARPS_PER_BLOCK", warps_per_block },
+            .{ "VOCAB_ROWS_PER_WARP", vocab_rows_per_warp },
+        } });
+        defer std.heap.c_allocator.free(image);
+        try cuda.check(cuda.cuModuleLoadData(&backend.module, image.ptr), "cuModuleLoadData");
+        try backend.findKernels();
+    }
+
+    fn findKernels(backend: *Backend) Error!void {
+        const k = &backend.kernels;
+        k.rms_norm = try backend.function("lmh_rms_norm");
+        k.softcap = try backend.function("lmh_softcap");
+        k.count_non_finite = try backend.function("lmh_count_non_finite");
+        k.probe_read = try backend.function("lmh_probe_read");
+        k.probe_fma = try backend.function("lmh_probe_fma");
+        inline for (formats.all, 0..) |f, t| {
+            inline for (rows_per_pass, 0..) |r, i| {
+                k.matvec[t][i] = try backend.function(comptime std.fmt.comptimePrint("lmh_matvec_{s}_r{d}", .{ @tagName(f.type), r }));
+            }
+        }
+    }
+
+    fn function(backend: *Backend, comptime entry: [:0]const u8) Error!driver.Function {
+        var f: driver.Function = null;
+        try backend.cuda.check(backend.cuda.cuModuleGetFunction(&f, backend.module, entry), "cuModuleGetFunction(" ++ entry ++ ")");
+        return f;
+    }
+
+    pub fn destroy(backend: *Backend) void {
+        const cuda = backend.cuda;
+        _ = cuda.cuCtxSetCurrent(backend.context);
+        if (backend.module != null) _ = cuda.cuModuleUnload(backend.module);
+        for (backend.staging_free, 0..) |e, i| if (e != null) {
+            _ = cuda.cuEventDestroy_v2(e);
+            _ = cuda.cuMemFreeHost(backend.staging[i]);
+        };
+        if (backend.stream != null) _ = cuda.cuStreamDestroy_v2(backend.stream);
+        _ = cuda.cuDevicePrimaryCtxRelease_v2(backend.device);
+        std.heap.c_allocator.destroy(backend);
+    }
+
+    pub fn describe(backend: *Backend, out: []u8) []const u8 {
+        return std.fmt.bufPrint(out, "cuda: {s}, sm_{d}, {d} multiprocessors, NVRTC {s}", .{
+            std.mem.sliceTo(&backend.gpu_name, 0), backend.arch, backend.multiprocessors, backend.nvrtc_path,
+        }) catch out;
+    }
+
+    pub fn threads(backend: *Backend) u32 {
+        _ = backend;
+        return 1;
+    }
+
+    /// Makes the device's context current on the calling thread and takes the stream.
+    fn enter(backend: *Backend) Error!void {
+        _ = std.c.pthread_mutex_lock(&backend.lock);
+        backend.cuda.check(backend.cuda.cuCtxSetCurrent(backend.context), "cuCtxSetCurrent") catch |e| {
+            _ = std.c.pthread_mutex_unlock(&backend.lock);
+            return e;
+        };
+    }
+
+    fn leave(backend: *Backend) void {
+        _ = std.c.pthread_mutex_unlock(&backend.lock);
+    }
+
+    pub fn alloc(backend: *Backend, bytes: u64) Error!Memory {
+        try backend.enter();
+        defer backend.leave();
+        const cuda = backend.cuda;
+        var device_pointer: driver.DevicePointer = 0;
+        cuda.check(cuda.cuMemAlloc_v2(&device_pointer, @intCast(bytes)), "cuMemAlloc") catch
+            return fail(error.OutOfMemory, "CUDA could not allocate {d} bytes of device memory", .{bytes});
+        errdefer _ = cuda.cuMemFree_v2(device_pointer);
+        try cuda.check(cuda.cuMemsetD8Async(device_pointer, 0, @intCast(bytes), backend.stream), "cuMemsetD8Async");
+        try cuda.check(cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
+        return .{ .pointer = device_pointer, .bytes = bytes };
+    }
+
+    /// Uploads host memory (a mapped file, say) once, through the pinned staging buffers.
+    pub fn wrap(backend: *Backend, host: [*]u8, bytes: u64) Error!Memory {
+        const memory = try backend.alloc(bytes);
+        errdefer backend.free(memory);
+        try backend.copyIn(memory, 0, host[0..@intCast(bytes)]);
+        return memory;
+    }
+
+    pub fn free(backend: *Backend, memory: Memory) void {
+        backend.enter() catch return;
+        defer backend.leave();
+        _ = backend.cuda.cuMemFree_v2(memory.pointer);
+    }
+
+    pub fn address(memory: Memory) usize {
+        return @intCast(memory.pointer);
+    }
+
+    /// Host → device in staging-sized pieces: the host fills one pinned buffer while the
+    /// copy engine reads the other.
+    pub fn copyIn(backend: *Backend, memory: Memory, offset_bytes: u64, src: []const u8) Error!void {
+        std.debug.assert(offset_bytes + src.len <= memory.bytes);
+        try backend.enter();
+        defer backend.leave();
+        const cuda = backend.cuda;
+        var done: usize = 0;
+        var piece: usize = 0;
+        while (done < src.len) : (piece += 1) {
+            const n = @min(src.len - done, staging_bytes);
+            const slot = piece % 2;
+            try cuda.check(cuda.cuEventSynchronize(backend.staging_free[slot]), "cuEventSynchronize");
+            @memcpy(backend.staging[slot][0..n], src[done..][0..n]);
+            try cuda.check(cuda.cuMemcpyHtoDAsync_v2(memory.pointer + offset_bytes + done, backend.staging[slot], n, backend.stream), "cuMemcpyHtoDAsync");
+            try cuda.check(cuda.cuEventRecord(backend.staging_free[slot], backend.stream), "cuEventRecord");
+            done += n;
+        }
+        try cuda.check(cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
+    }
+
+    /// Device → host through pinned memory.
+    pub fn copyOut(backend: *Backend, memory: Memory, offset_bytes: u64, dst: []u8) Error!void {
+        std.debug.assert(offset_bytes + dst.len <= memory.bytes);
+        try backend.enter();
+        defer backend.leave();
+        const cuda = backend.cuda;
+        var done: usize = 0;
+        while (done < dst.len) {
+            const n = @min(dst.len - done, staging_bytes);
+            try cuda.check(cuda.cuMemcpyDtoHAsync_v2(backend.staging[0], memory.pointer + offset_bytes + done, n, backend.stream), "cuMemcpyDtoHAsync");
+            try cuda.check(cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
+            @memcpy(dst[done..][0..n], backend.staging[0][0..n]);
+            done += n;
+        }
+    }
+
+    /// Launches the commands in order on the device's one stream and waits once. A barrier
+    /// needs no work: on one stream a launch starts after the previous one's writes land.
+    pub fn execute(backend: *Backend, commands: []const Command) Error!void {
+        for (commands) |command| switch (command) {
+            // The kernels read each block with loads as wide as its layout allows.
+            .matvec => |c| if (pointer(c.weight) % weight_alignment_bytes != 0)
+                return fail(error.InvalidArgument, "CUDA head weights must start {d}-byte aligned (at 0x{x})", .{ weight_alignment_bytes, pointer(c.weight) }),
+            else => {},
+        };
+        try backend.enter();
+        defer backend.leave();
+        for (commands) |command| try backend.encode(command);
+        try backend.cuda.check(backend.cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
+    }
+
+    fn encode(backend: *Backend, command: Command) Error!void {
+        const k = &backend.kernels;
+        switch (command) {
+            .barrier => {},
+            .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
+            .matvec => |c| {
+                const t = formatIndex(c.params.type_id);
+                const pass = for (rows_per_pass, 0..) |r, i| {
+                    if (c.params.rows <= r) break i;
+                } else rows_per_pass.len - 1;
+                const grid = warpGrid(c.params.vocab, vocab_rows_per_warp);
+                try backend.launch(k.matvec[t][pass], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
+            },
+            .softcap => |c| {
+                const blocks = @min(std.math.divCeil(u64, c.params.values, 256) catch unreachable, 32 * @as(u64, backend.multiprocessors));
+                try backend.launch(k.softcap, @intCast(blocks), 256, .{ c.params, pointer(c.data) });
+            },
+            .count_non_finite => |c| try backend.launch(k.count_non_finite, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.data), pointer(c.counts) }),
+        }
+    }
+
+    /// One launch: `args` are the kernel's parameters by value, in order.
+    fn launch(backend: *Backend, f: driver.Function, grid: u32, block: u32, args: anytype) Error!void {
+        // Each value is copied to runtime storage (a tuple may hold comptime-known fields).
+        var storage: [args.len][max_argument_bytes]u8 align(16) = undefined;
+        var pointers: [args.len]?*anyopaque = undefined;
+        inline for (0..args.len) |i| {
+            const value: @TypeOf(args[i]) = args[i];
+            comptime std.debug.assert(@sizeOf(@TypeOf(value)) <= max_argument_bytes);
+            @memcpy(storage[i][0..@sizeOf(@TypeOf(value))], std.mem.asBytes(&value));
+            pointers[i] = &storage[i];
+        }
+        try backend.cuda.check(backend.cuda.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, backend.stream, &pointers, null), "cuLaunchKernel");
+    }
+
+    /// Device read bandwidth, bytes per second: the median of `passes` 16-byte-load sweeps
+    /// over `bytes` of device memory. A GPU has no host-thread variant, so both are this.
+    pub fn readBandwidth(backend: *Backend, bytes: u64, passes: u32) Error![2]f64 {
+        std.debug.assert(passes >= 1 and passes <= contract.max_probe_passes);
+        const memory = try backend.alloc(bytes);
+        defer backend.free(memory);
+        const sink = try backend.alloc(4);
+        defer backend.free(sink);
+        const words: u64 = bytes / 16;
+        const grid = 8 * backend.multiprocessors;
+        const seconds = try backend.timeMedian(passes, backend.kernels.probe_read, grid, 512, .{ memory.pointer, words, sink.pointer });
+        const rate = @as(f64, @floatFromInt(words * 16)) / seconds;
+        return .{ rate, rate };
+    }
+
+    /// FP32 fused multiply-adds per second the device sustains (the median of `passes`).
+    pub fn fmaRate(backend: *Backend, passes: u32) Error!f64 {
+        std.debug.assert(passes >= 1 and passes <= contract.max_probe_passes);
+        const sink = try backend.alloc(4);
+        defer backend.free(sink);
+        const iterations: u32 = 1 << 14;
+        const grid = 4 * backend.multiprocessors;
+        const block = 512;
+        const seconds = try backend.timeMedian(passes, backend.kernels.probe_fma, grid, block, .{ iterations, @as(f32, 0.5), sink.pointer });
+        return @as(f64, @floatFromInt(@as(u64, grid) * block * iterations * 8)) / seconds;
+    }
+
+    /// Seconds of one launch by CUDA events, the median of `passes` after one warm-up.
+    fn timeMedian(backend: *Backend, passes: u32, f: driver.Function, grid: u32, block: u32, args: anytype) Error!f64 {
+        try backend.enter();
+        defer backend.leave();
+        const cuda = backend.cuda;
+        var start: driver.Event = null;
+        var stop: driver.Event = null;
+        try cuda.check(cuda.cuEventCreate(&start, 0), "cuEventCreate");
+        defer _ = cuda.cuEventDestroy_v2(start);
+        try cuda.check(cuda.cuEventCreate(&stop, 0), "cuEventCreate");
+        defer _ = cuda.cuEventDestroy_v2(stop);
+        var pass_ms: [contract.max_probe_passes]f32 = undefined;
+        for (0..passes + 1) |pass| {
+            try cuda.check(cuda.cuEventRecord(start, backend.stream), "cuEventRecord");
+            try backend.launch(f, grid, block, args);
+            try cuda.check(cuda.cuEventRecord(stop, backend.stream), "cuEventRecord");
+            try cuda.check(cuda.cuEventSynchronize(stop), "cuEventSynchronize");
+            var ms: f32 = 0;
+            try cuda.check(cuda.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+            if (pass > 0) pass_ms[pass - 1] = ms;
+        }
+        std.mem.sort(f32, pass_ms[0..passes], {}, std.sort.asc(f32));
+        return @max(@as(f64, pass_ms[passes / 2]), 1e-6) * 1e-3;
+    }
+};
+
+fn formatIndex(type_id: u32) usize {
+    for (formats.all, 0..) |f, i| if (@intFromEnum(f.type) == type_id) return i;
+    unreachable; // the session admitted the type
+}
+
+/// Blocks of `warps_per_block` warps for `items` items, `per_warp` to a warp.
+fn warpGrid(items: u32, per_warp: u32) u32 {
+    const warps = std.math.divCeil(u32, items, per_warp) catch unreachable;
+    return std.math.divCeil(u32, warps, warps_per_block) catch unreachable;
+}
+
+/// The device address of a buffer's first byte: its root allocation plus its offset.
+fn pointer(buffer: *contract.Buffer) driver.DevicePointer {
+    return buffer.root().place.root.cuda.pointer + buffer.offsetBytes();
+}

@@ -1,0 +1,377 @@
+//! lmhead-gpu-check: the CUDA backend against the CPU backend, through the C ABI, on a
+//! machine with a GPU and no Bun. `check` runs the head (norm, matvec, softcap, non-finite
+//! count) on both backends for every head type and N, rows in random slot order, and
+//! compares the logits byte for byte; `bench` times the CUDA head per type and N against
+//! the read bandwidth and FMA rate measured in the same run. Without a usable GPU it prints
+//! why and exits 0, so CI machines skip it with a reason.
+//!
+//!   lmhead-gpu-check check   every type x N, realistic and adversarial inputs, --ftz both ways
+//!   lmhead-gpu-check bench   ms per call, % of the floor, at vocab 262144 x hidden 2816
+const std = @import("std");
+const formats = @import("numerics/formats.zig");
+const device_mod = @import("core/device.zig");
+
+const check_rows = [_]u32{ 1, 2, 3, 5, 8, 9, 16, 17, 33, 64 };
+const bench_rows = [_]u32{ 1, 2, 4, 8, 16, 32, 64 };
+const pool_rows = 64;
+const full_vocab = 262144;
+const full_hidden = 2816;
+const cap = 30.0;
+/// Distinct random weight rows; the rest of a head repeats them (as bench/weights.ts does),
+/// so generating a 3 GB head takes a memcpy, not minutes.
+const tile_rows = 4096;
+
+/// The C ABI, as a program linking liblmhead declares it; the library's source is compiled in.
+const lib = struct {
+    extern fn lmh_last_error(dst: ?[*]u8, capacity: u64) u64;
+    extern fn lmh_device_open(kind: u32, handle_out: ?*u64) i32;
+    extern fn lmh_device_info(device: u64, info_out: ?*[3]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32;
+    extern fn lmh_buffer_alloc(device: u64, bytes: u64, handle_out: ?*u64) i32;
+    extern fn lmh_buffer_wrap(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) i32;
+    extern fn lmh_buffer_view(buffer: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32;
+    extern fn lmh_buffer_free(buffer: u64) i32;
+    extern fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) i32;
+    extern fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) i32;
+    extern fn lmh_session_begin(device: u64, handle_out: ?*u64) i32;
+    extern fn lmh_session_rms_norm(session: u64, input: u64, weight: u64, output: u64, rows: u32, hidden: u32, eps: f32) i32;
+    extern fn lmh_session_matvec(session: u64, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, hidden: u32, vocab: u32) i32;
+    extern fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32;
+    extern fn lmh_session_count_non_finite(session: u64, data: u64, counts: u64, rows: u32, row_values: u32) i32;
+    extern fn lmh_session_finish(session: u64) i32;
+    extern fn lmh_session_abort(session: u64) i32;
+    extern fn lmh_device_read_bandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_out: ?*[2]f64) i32;
+};
+comptime {
+    _ = @import("root.zig");
+}
+
+const Failure = error{ Lmhead, Mismatch, OutOfMemory };
+
+fn ok(code: i32) Failure!void {
+    if (code == 0) return;
+    var text: [512]u8 = undefined;
+    const n = lib.lmh_last_error(&text, text.len);
+    std.debug.print("lmhead error {d}: {s}\n", .{ code, text[0..@min(n, text.len)] });
+    return error.Lmhead;
+}
+
+extern "c" fn clock_gettime(clock: std.c.clockid_t, time: *std.c.timespec) c_int;
+extern "c" fn setenv(name: [*:0]const u8, value: [*:0]const u8, overwrite: c_int) c_int;
+
+fn seconds() f64 {
+    var t: std.c.timespec = undefined;
+    _ = clock_gettime(.MONOTONIC, &t);
+    return @as(f64, @floatFromInt(t.sec)) + @as(f64, @floatFromInt(t.nsec)) * 1e-9;
+}
+
+pub fn main(init: std.process.Init.Minimal) !void {
+    var args = init.args.iterate();
+    _ = args.skip();
+    const mode = args.next() orelse "check";
+    var cuda: u64 = 0;
+    const open_start = seconds();
+    if (lib.lmh_device_open(@intFromEnum(device_mod.Kind.cuda), &cuda) != 0) {
+        var text: [512]u8 = undefined;
+        const n = lib.lmh_last_error(&text, text.len);
+        std.debug.print("SKIP: no CUDA device: {s}\n", .{text[0..@min(n, text.len)]});
+        return;
+    }
+    var text: [256]u8 = undefined;
+    var info: [3]u32 = undefined;
+    var len: u64 = 0;
+    try ok(lib.lmh_device_info(cuda, &info, &text, text.len, &len));
+    std.debug.print("device: {s} (opened in {d:.1} s, kernels compiled or read from the cache)\n", .{ text[0..@min(len, text.len)], seconds() - open_start });
+    if (std.mem.eql(u8, mode, "check")) {
+        try check(cuda);
+    } else if (std.mem.eql(u8, mode, "bench")) {
+        try bench(cuda);
+    } else {
+        std.debug.print("usage: lmhead-gpu-check check|bench\n", .{});
+        std.process.exit(2);
+    }
+}
+
+/// One head on one device: weights, norm, and scratch for up to pool_rows rows.
+const Head = struct {
+    device: u64,
+    type_id: u32,
+    hidden: u32,
+    vocab: u32,
+    weight: u64,
+    norm: u64,
+    x: u64,
+    y: u64,
+    logits: u64,
+    counts: u64,
+
+    fn init(device: u64, type_id: u32, hidden: u32, vocab: u32, weights: []u8, norm: []const f32) Failure!Head {
+        var h: Head = .{ .device = device, .type_id = type_id, .hidden = hidden, .vocab = vocab, .weight = 0, .norm = 0, .x = 0, .y = 0, .logits = 0, .counts = 0 };
+        try ok(lib.lmh_buffer_wrap(device, weights.ptr, weights.len, &h.weight));
+        try ok(lib.lmh_buffer_alloc(device, @as(u64, hidden) * 4, &h.norm));
+        try ok(lib.lmh_buffer_write(h.norm, 0, std.mem.sliceAsBytes(norm).ptr, @as(u64, hidden) * 4));
+        try ok(lib.lmh_buffer_alloc(device, @as(u64, pool_rows) * hidden * 4, &h.x));
+        try ok(lib.lmh_buffer_alloc(device, @as(u64, pool_rows) * hidden * 4, &h.y));
+        try ok(lib.lmh_buffer_alloc(device, @as(u64, pool_rows) * vocab * 4, &h.logits));
+        try ok(lib.lmh_buffer_alloc(device, pool_rows * 4, &h.counts));
+        return h;
+    }
+
+    fn deinit(h: *Head) void {
+        for ([_]u64{ h.weight, h.norm, h.x, h.y, h.logits, h.counts }) |b| _ = lib.lmh_buffer_free(b);
+    }
+
+    /// The head on the first `rows` rows of x: the calls the TypeScript head makes.
+    fn run(h: *Head, rows: u32, eps: f32) Failure!void {
+        var views: [4]u64 = undefined;
+        try ok(lib.lmh_buffer_view(h.x, 0, @as(u64, rows) * h.hidden * 4, &views[0]));
+        try ok(lib.lmh_buffer_view(h.y, 0, @as(u64, rows) * h.hidden * 4, &views[1]));
+        try ok(lib.lmh_buffer_view(h.logits, 0, @as(u64, rows) * h.vocab * 4, &views[2]));
+        try ok(lib.lmh_buffer_view(h.counts, 0, @as(u64, rows) * 4, &views[3]));
+        defer for (views) |v| {
+            _ = lib.lmh_buffer_free(v);
+        };
+        var s: u64 = 0;
+        try ok(lib.lmh_session_begin(h.device, &s));
+        errdefer _ = lib.lmh_session_abort(s);
+        try ok(lib.lmh_session_rms_norm(s, views[0], h.norm, views[1], rows, h.hidden, eps));
+        try ok(lib.lmh_session_matvec(s, views[1], h.weight, h.type_id, views[2], rows, h.hidden, h.vocab));
+        try ok(lib.lmh_session_softcap(s, views[2], @as(u64, rows) * h.vocab, cap));
+        try ok(lib.lmh_session_count_non_finite(s, views[2], views[3], rows, h.vocab));
+        try ok(lib.lmh_session_finish(s));
+    }
+};
+
+const Weights = enum { realistic, adversarial };
+
+/// Random valid weights: quantized types with real-sized scales (realistic) or any finite
+/// f16 scale, subnormal included (adversarial); dense types with values of a real head, or
+/// any finite bit pattern (tiny, subnormal and huge values; adversarial).
+fn fillWeights(t: formats.Type, random: std.Random, weights: []u8, row_bytes: usize, kind: Weights) void {
+    const f = formats.format(@intFromEnum(t)).?;
+    const rows = weights.len / row_bytes;
+    for (0..@min(rows, tile_rows)) |r| {
+        const row = weights[r * row_bytes ..][0..row_bytes];
+        if (f.block_values > 1) {
+            formats.randomizeRow(t, random, row, if (kind == .realistic) .sane else .wide);
+            continue;
+        }
+        for (0..row_bytes / f.block_bytes) |i| {
+            const v: f32 = if (kind == .realistic)
+                (random.float(f32) - 0.5) * 0.1
+            else
+                @bitCast((random.int(u32) & 0x807FFFFF) | (@as(u32, random.uintLessThan(u8, 255)) << 23));
+            switch (t) {
+                .f32 => std.mem.writeInt(u32, row[4 * i ..][0..4], @bitCast(v), .little),
+                .f16 => std.mem.writeInt(u16, row[2 * i ..][0..2], @bitCast(@as(f16, @floatCast(v))), .little),
+                .bf16 => std.mem.writeInt(u16, row[2 * i ..][0..2], @truncate(@as(u32, @bitCast(v)) >> 16), .little),
+                else => unreachable,
+            }
+        }
+    }
+    var filled = @min(rows, tile_rows) * row_bytes;
+    while (filled < weights.len) {
+        const n = @min(filled, weights.len - filled);
+        @memcpy(weights[filled..][0..n], weights[0..n]);
+        filled += n;
+    }
+}
+
+/// pool_rows hidden rows: realistic rows, then tiny, subnormal, huge, mixed-scale and zero rows.
+fn fillInputs(random: std.Random, x: []f32, hidden: usize) void {
+    for (0..pool_rows) |r| {
+        const row = x[r * hidden ..][0..hidden];
+        for (row, 0..) |*v, i| {
+            const u = random.float(f32) * 2 - 1;
+            v.* = switch (r % 8) {
+                0, 1, 2 => u * 3,
+                3 => u * 1e-30, // tiny: the sum of squares underflows
+                4 => @bitCast(random.int(u32) & 0x807FFFFF), // subnormal
+                5 => u * 1e30, // huge: the sum of squares overflows, the row becomes NaN
+                6 => u * std.math.pow(f32, 2, @floatFromInt(@as(i32, @intCast(i % 200)) - 100)), // mixed scales
+                else => if (i % 7 == 0) u else 0, // mostly zeros
+            };
+        }
+    }
+}
+
+fn check(cuda: u64) !void {
+    var cpu: u64 = 0;
+    try ok(lib.lmh_device_open(@intFromEnum(device_mod.Kind.cpu), &cpu));
+    // The same kernels compiled with --ftz=true must give the same bytes.
+    _ = setenv("LMHEAD_CUDA_FTZ", "1", 1);
+    var cuda_ftz: u64 = 0;
+    try ok(lib.lmh_device_open(@intFromEnum(device_mod.Kind.cuda), &cuda_ftz));
+    var failures: u32 = 0;
+    var cases: u32 = 0;
+    var prng = std.Random.DefaultPrng.init(0x9e3779b97f4a7c15);
+    const random = prng.random();
+    for (formats.all) |f| {
+        if (!f.head) continue;
+        const full = f.type == .q6_k or f.type == .q8_0 or f.type == .f16;
+        const Shape = struct { hidden: u32, vocab: u32, weights: Weights };
+        // Full Gemma shape or a smaller vocab; a second hidden size with a partial last chunk
+        // (whole blocks of 32, or any size for dense types) and an odd vocab.
+        const partial_hidden: u32 = if (f.block_values == 1) 1001 else 1056;
+        const shapes = [_]Shape{
+            .{ .hidden = full_hidden, .vocab = if (full) full_vocab else 8192, .weights = .realistic },
+            .{ .hidden = full_hidden, .vocab = 4099, .weights = .adversarial },
+            .{ .hidden = partial_hidden, .vocab = 1001, .weights = .realistic },
+        };
+        for (shapes) |shape| {
+            if (shape.hidden % f.block_values != 0) continue;
+            const result = try checkShape(cpu, cuda, cuda_ftz, f, shape.hidden, shape.vocab, shape.weights, random);
+            failures += result[0];
+            cases += result[1];
+        }
+    }
+    std.debug.print("check: {d} of {d} cases byte-equal to the CPU\n", .{ cases - failures, cases });
+    if (failures > 0) std.process.exit(1);
+}
+
+/// Returns [failed cases, cases].
+fn checkShape(cpu: u64, cuda: u64, cuda_ftz: u64, f: formats.Format, hidden: u32, vocab: u32, kind: Weights, random: std.Random) ![2]u32 {
+    const a = std.heap.c_allocator;
+    const row_bytes = formats.rowBytes(f.type, hidden).?;
+    const weights = try a.alloc(u8, row_bytes * vocab);
+    defer a.free(weights);
+    fillWeights(f.type, random, weights, row_bytes, kind);
+    const norm = try a.alloc(f32, hidden);
+    defer a.free(norm);
+    for (norm, 0..) |*w, i| w.* = 1 + 0.25 * @sin(@as(f32, @floatFromInt(i)) * 0.7);
+    const x = try a.alloc(f32, pool_rows * hidden);
+    defer a.free(x);
+    fillInputs(random, x, hidden);
+    const want = try a.alloc(f32, pool_rows * vocab);
+    defer a.free(want);
+    const got = try a.alloc(f32, pool_rows * vocab);
+    defer a.free(got);
+    const permuted = try a.alloc(f32, pool_rows * hidden);
+    defer a.free(permuted);
+
+    var failed: u32 = 0;
+    var cases: u32 = 0;
+    for ([_]f32{ 1e-6, 0 }) |eps| {
+        var ref = try Head.init(cpu, @intFromEnum(f.type), hidden, vocab, weights, norm);
+        defer ref.deinit();
+        try ok(lib.lmh_buffer_write(ref.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
+        try ref.run(pool_rows, eps);
+        try ok(lib.lmh_buffer_read(ref.logits, 0, std.mem.sliceAsBytes(want).ptr, want.len * 4));
+        for ([_]u64{ cuda, cuda_ftz }, [_][]const u8{ "ftz=false", "ftz=true" }) |device, label| {
+            var head = try Head.init(device, @intFromEnum(f.type), hidden, vocab, weights, norm);
+            defer head.deinit();
+            for (check_rows) |n| {
+                // N distinct pool rows in random slot order.
+                var order: [pool_rows]u32 = undefined;
+                for (&order, 0..) |*o, i| o.* = @intCast(i);
+                random.shuffle(u32, &order);
+                for (0..n) |slot| @memcpy(permuted[slot * hidden ..][0..hidden], x[order[slot] * hidden ..][0..hidden]);
+                try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(permuted).ptr, @as(u64, n) * hidden * 4));
+                try head.run(n, eps);
+                try ok(lib.lmh_buffer_read(head.logits, 0, std.mem.sliceAsBytes(got).ptr, @as(u64, n) * vocab * 4));
+                cases += 1;
+                const differing = compareRows(want, got, order[0..n], vocab);
+                if (differing.words == 0) continue;
+                failed += 1;
+                std.debug.print("MISMATCH {s} hidden={d} vocab={d} {s} eps={e} {s} N={d}: {d} words differ; first at slot {d} (pool row {d}) logit {d}: cpu 0x{x:0>8} cuda 0x{x:0>8}\n", .{
+                    f.name, hidden, vocab, @tagName(kind), eps, label, n, differing.words, differing.slot, order[differing.slot], differing.logit, differing.want, differing.got,
+                });
+            }
+        }
+    }
+    std.debug.print("{s:<7} hidden={d:>4} vocab={d:>6} {s:<11}: {d}/{d} cases byte-equal\n", .{ f.name, hidden, vocab, @tagName(kind), cases - failed, cases });
+    return .{ failed, cases };
+}
+
+fn compareRows(want: []const f32, got: []const f32, order: []const u32, vocab: usize) struct { words: u64, slot: usize, logit: usize, want: u32, got: u32 } {
+    var result: @TypeOf(compareRows(want, got, order, vocab)) = .{ .words = 0, .slot = 0, .logit = 0, .want = 0, .got = 0 };
+    for (order, 0..) |pool_row, slot| {
+        const w = std.mem.sliceAsBytes(want[pool_row * vocab ..][0..vocab]);
+        const g = std.mem.sliceAsBytes(got[slot * vocab ..][0..vocab]);
+        if (std.mem.eql(u8, w, g)) continue;
+        for (0..vocab) |j| {
+            const a: u32 = @bitCast(want[pool_row * vocab + j]);
+            const b: u32 = @bitCast(got[slot * vocab + j]);
+            if (a == b) continue;
+            if (result.words == 0) result = .{ .words = 0, .slot = slot, .logit = j, .want = a, .got = b };
+            result.words += 1;
+        }
+    }
+    return result;
+}
+
+fn bench(cuda: u64) !void {
+    const a = std.heap.c_allocator;
+    const handle = try device_mod.devices.acquire(cuda);
+    defer handle.release();
+    const backend = handle.backend.cuda;
+    var bandwidth: [2]f64 = undefined;
+    try ok(lib.lmh_device_read_bandwidth(cuda, 4 << 30, 20, &bandwidth));
+    const fma_rate = try backend.fmaRate(20);
+    std.debug.print("read bandwidth {d:.0} GB/s (4 GiB, median of 20); FP32 FMA rate {d:.2} T/s (median of 20)\n", .{ bandwidth[0] * 1e-9, fma_rate * 1e-12 });
+    var prng = std.Random.DefaultPrng.init(1);
+    const random = prng.random();
+    const norm = try a.alloc(f32, full_hidden);
+    defer a.free(norm);
+    for (norm, 0..) |*w, i| w.* = 1 + 0.25 * @sin(@as(f32, @floatFromInt(i)) * 0.7);
+    const x = try a.alloc(f32, pool_rows * full_hidden);
+    defer a.free(x);
+    for (x) |*v| v.* = (random.float(f32) - 0.5) * 6;
+    try launchOverhead(cuda, norm, x);
+    std.debug.print("\n| type | GB | N | ms/call | floor ms | % of floor | logits read ms |\n|---|---|---|---|---|---|---|\n", .{});
+    for (formats.all) |f| {
+        if (!f.head) continue;
+        const row_bytes = formats.rowBytes(f.type, full_hidden).?;
+        const weights = try a.alloc(u8, row_bytes * full_vocab);
+        defer a.free(weights);
+        fillWeights(f.type, random, weights, row_bytes, .realistic);
+        var head = try Head.init(cuda, @intFromEnum(f.type), full_hidden, full_vocab, weights, norm);
+        defer head.deinit();
+        try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
+        for (bench_rows) |n| {
+            const ms = try timeHead(&head, n, 20);
+            const read_ms = try timeRead(&head, n);
+            const bytes: f64 = @floatFromInt(weights.len);
+            const fmas: f64 = @floatFromInt(@as(u64, n) * full_vocab * full_hidden);
+            const floor_ms = @max(bytes / bandwidth[0], fmas / fma_rate) * 1e3;
+            std.debug.print("| {s} | {d:.3} | {d} | {d:.3} | {d:.3} | {d:.0}% | {d:.3} |\n", .{ f.name, bytes * 1e-9, n, ms, floor_ms, floor_ms / ms * 100, read_ms });
+        }
+    }
+}
+
+/// Median ms of one head call (session begin to finish; the logits stay on the device).
+fn timeHead(head: *Head, rows: u32, iterations: usize) !f64 {
+    var ms: [64]f64 = undefined;
+    std.debug.assert(iterations <= ms.len);
+    try head.run(rows, 1e-6); // warm-up
+    for (ms[0..iterations]) |*m| {
+        const start = seconds();
+        try head.run(rows, 1e-6);
+        m.* = (seconds() - start) * 1e3;
+    }
+    std.mem.sort(f64, ms[0..iterations], {}, std.sort.asc(f64));
+    return ms[iterations / 2];
+}
+
+/// ms to bring N rows of logits back to the host (pinned staging, then a copy).
+fn timeRead(head: *Head, rows: u32) !f64 {
+    const bytes = @as(u64, rows) * head.vocab * 4;
+    const host = try std.heap.c_allocator.alloc(u8, bytes);
+    defer std.heap.c_allocator.free(host);
+    try ok(lib.lmh_buffer_read(head.logits, 0, host.ptr, bytes));
+    const start = seconds();
+    try ok(lib.lmh_buffer_read(head.logits, 0, host.ptr, bytes));
+    return (seconds() - start) * 1e3;
+}
+
+/// The host's share of a call: a head so small (vocab 256) that its kernels take microseconds.
+fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
+    const row_bytes = formats.rowBytes(.q8_0, full_hidden).?;
+    const weights = try std.heap.c_allocator.alloc(u8, row_bytes * 256);
+    defer std.heap.c_allocator.free(weights);
+    var prng = std.Random.DefaultPrng.init(2);
+    fillWeights(.q8_0, prng.random(), weights, row_bytes, .realistic);
+    var head = try Head.init(cuda, @intFromEnum(formats.Type.q8_0), full_hidden, 256, weights, norm);
+    defer head.deinit();
+    try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
+    std.debug.print("launch overhead: one head call (4 kernels, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50)});
+}
