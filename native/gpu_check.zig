@@ -120,8 +120,13 @@ const Head = struct {
         for ([_]u64{ h.weight, h.norm, h.x, h.y, h.logits, h.counts }) |b| _ = lib.lmh_buffer_free(b);
     }
 
-    /// The head on the first `rows` rows of x: the calls the TypeScript head makes.
+    /// The head on the first `rows` rows of x: the calls the TypeScript head makes (or the
+    /// matvec alone, to time it apart from the other kernels and the host).
     fn run(h: *Head, rows: u32, eps: f32) Failure!void {
+        return h.runStages(rows, eps, .head);
+    }
+
+    fn runStages(h: *Head, rows: u32, eps: f32, stages: Stages) Failure!void {
         var views: [4]u64 = undefined;
         try ok(lib.lmh_buffer_view(h.x, 0, @as(u64, rows) * h.hidden * 4, &views[0]));
         try ok(lib.lmh_buffer_view(h.y, 0, @as(u64, rows) * h.hidden * 4, &views[1]));
@@ -133,14 +138,15 @@ const Head = struct {
         var s: u64 = 0;
         try ok(lib.lmh_session_begin(h.device, &s));
         errdefer _ = lib.lmh_session_abort(s);
-        try ok(lib.lmh_session_rms_norm(s, views[0], h.norm, views[1], rows, h.hidden, eps));
+        if (stages == .head) try ok(lib.lmh_session_rms_norm(s, views[0], h.norm, views[1], rows, h.hidden, eps));
         try ok(lib.lmh_session_matvec(s, views[1], h.weight, h.type_id, views[2], rows, h.hidden, h.vocab));
-        try ok(lib.lmh_session_softcap(s, views[2], @as(u64, rows) * h.vocab, cap));
-        try ok(lib.lmh_session_count_non_finite(s, views[2], views[3], rows, h.vocab));
+        if (stages == .head) try ok(lib.lmh_session_softcap(s, views[2], @as(u64, rows) * h.vocab, cap));
+        if (stages == .head) try ok(lib.lmh_session_count_non_finite(s, views[2], views[3], rows, h.vocab));
         try ok(lib.lmh_session_finish(s));
     }
 };
 
+const Stages = enum { head, matvec };
 const Weights = enum { realistic, adversarial };
 
 /// Random valid weights: quantized types with real-sized scales (realistic) or any finite
@@ -317,7 +323,7 @@ fn bench(cuda: u64) !void {
     defer a.free(x);
     for (x) |*v| v.* = (random.float(f32) - 0.5) * 6;
     try launchOverhead(cuda, norm, x);
-    std.debug.print("\n| type | GB | N | ms/call | floor ms | % of floor | logits read ms |\n|---|---|---|---|---|---|---|\n", .{});
+    std.debug.print("\n| type | GB | N | ms/call | matvec alone ms | floor ms | % of floor (call) | % of floor (matvec) | logits read ms |\n|---|---|---|---|---|---|---|---|---|\n", .{});
     for (formats.all) |f| {
         if (!f.head) continue;
         const row_bytes = formats.rowBytes(f.type, full_hidden).?;
@@ -328,24 +334,25 @@ fn bench(cuda: u64) !void {
         defer head.deinit();
         try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
         for (bench_rows) |n| {
-            const ms = try timeHead(&head, n, 20);
+            const ms = try timeHead(&head, n, 20, .head);
+            const matvec_ms = try timeHead(&head, n, 20, .matvec);
             const read_ms = try timeRead(&head, n);
             const bytes: f64 = @floatFromInt(weights.len);
             const fmas: f64 = @floatFromInt(@as(u64, n) * full_vocab * full_hidden);
             const floor_ms = @max(bytes / bandwidth[0], fmas / fma_rate) * 1e3;
-            std.debug.print("| {s} | {d:.3} | {d} | {d:.3} | {d:.3} | {d:.0}% | {d:.3} |\n", .{ f.name, bytes * 1e-9, n, ms, floor_ms, floor_ms / ms * 100, read_ms });
+            std.debug.print("| {s} | {d:.3} | {d} | {d:.3} | {d:.3} | {d:.3} | {d:.0}% | {d:.0}% | {d:.3} |\n", .{ f.name, bytes * 1e-9, n, ms, matvec_ms, floor_ms, floor_ms / ms * 100, floor_ms / matvec_ms * 100, read_ms });
         }
     }
 }
 
 /// Median ms of one head call (session begin to finish; the logits stay on the device).
-fn timeHead(head: *Head, rows: u32, iterations: usize) !f64 {
+fn timeHead(head: *Head, rows: u32, iterations: usize, stages: Stages) !f64 {
     var ms: [64]f64 = undefined;
     std.debug.assert(iterations <= ms.len);
-    try head.run(rows, 1e-6); // warm-up
+    try head.runStages(rows, 1e-6, stages); // warm-up
     for (ms[0..iterations]) |*m| {
         const start = seconds();
-        try head.run(rows, 1e-6);
+        try head.runStages(rows, 1e-6, stages);
         m.* = (seconds() - start) * 1e3;
     }
     std.mem.sort(f64, ms[0..iterations], {}, std.sort.asc(f64));
@@ -373,5 +380,5 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     var head = try Head.init(cuda, @intFromEnum(formats.Type.q8_0), full_hidden, 256, weights, norm);
     defer head.deinit();
     try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
-    std.debug.print("launch overhead: one head call (4 kernels, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50)});
+    std.debug.print("launch overhead: one head call (4 kernels, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
 }

@@ -20,10 +20,11 @@ static_assert(sizeof(Softcap) == 16 && alignof(Softcap) == 8, "Softcap");
 static_assert(sizeof(CountNonFinite) == 8, "CountNonFinite");
 
 #define LANES 32
-// The host defines the launch shape: WARPS_PER_BLOCK, and VOCAB_ROWS_PER_WARP (vocab rows
-// one warp computes together, sharing each activation load).
-#if !defined(WARPS_PER_BLOCK) || !defined(VOCAB_ROWS_PER_WARP)
-#error "the host passes WARPS_PER_BLOCK and VOCAB_ROWS_PER_WARP"
+// The host defines the launch shape: WARPS_PER_BLOCK, VOCAB_ROWS_PER_WARP (vocab rows one
+// warp computes together, sharing each activation load) and COUNT_THREADS (threads per row
+// of the non-finite count).
+#if !defined(WARPS_PER_BLOCK) || !defined(VOCAB_ROWS_PER_WARP) || !defined(COUNT_THREADS)
+#error "the host passes WARPS_PER_BLOCK, VOCAB_ROWS_PER_WARP and COUNT_THREADS"
 #endif
 
 __device__ __forceinline__ float bits_f(u32 u) { return __uint_as_float(u); }
@@ -170,7 +171,13 @@ extern "C" __global__ void lmh_rms_norm(const RmsNorm p, const float* __restrict
   for (u32 e = lane; e < p.hidden; e += LANES) yr[e] = mul(mul(xr[e], inv), w[e]);
 }
 
-__constant__ signed char iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// The IQ4 code table K, as 16 bytes in 4 words: a lookup is two byte permutes and a select
+// (a __constant__ table indexed by different codes in one warp would serialize).
+__device__ __forceinline__ int iq4_value(u32 q) {
+  const u32 lo = __byte_perm(0xBFAD9881u, 0xF6EADDCFu, q & 7);  // -127 -104 -83 -65 | -49 -35 -22 -10
+  const u32 hi = __byte_perm(0x26190D01u, 0x71594535u, q & 7);  // 1 13 25 38 | 53 69 89 113
+  return (int)(signed char)((q & 8 ? hi : lo) & 0xffu);
+}
 
 // ggml type ids.
 enum { F32 = 0, F16 = 1, Q4_0 = 2, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30 };
@@ -249,7 +256,7 @@ __device__ __forceinline__ void decode_block32(const u8* __restrict__ row, u32 e
     const int nib = (byte_at(qs, i) >> shift) & 0xf;
     const int q = nib | (int)(((qh >> (j0 + i)) & 1) << 4);
     if (T == Q4_0) w[i] = mul(d, (float)(nib - 8));
-    if (T == IQ4_NL) w[i] = mul(d, (float)iq4_values[nib]);
+    if (T == IQ4_NL) w[i] = mul(d, (float)iq4_value(nib));
     if (T == Q5_0) w[i] = mul(d, (float)(q - 16));
     if (T == Q5_1) w[i] = add(mul(d, (float)q), m);
   }
@@ -324,7 +331,7 @@ __device__ __forceinline__ void decode_k(const u8* __restrict__ row, u32 c, u32 
     const uint2 q = ld8_a8(blk + 8 + 16 * j + 8 * (lane % 2));
     const u32 shift = (lane % 4) < 2 ? 0 : 4;
 #pragma unroll
-    for (int i = 0; i < 8; i++) w[i] = mul(dl, (float)iq4_values[(byte_at(q, i) >> shift) & 0xf]);
+    for (int i = 0; i < 8; i++) w[i] = mul(dl, (float)iq4_value((byte_at(q, i) >> shift) & 0xf));
   }
 }
 
@@ -423,16 +430,21 @@ extern "C" __global__ void lmh_softcap(const Softcap p, float* data) {
   }
 }
 
-// One warp per row; an integer count does not depend on the order of its additions.
-extern "C" __global__ void lmh_count_non_finite(const CountNonFinite p, const float* __restrict__ data, u32* __restrict__ counts) {
-  const u32 lane = threadIdx.x % LANES;
-  const u32 row = (blockIdx.x * blockDim.x + threadIdx.x) / LANES;
-  if (row >= p.rows) return;
-  const u32* r = (const u32*)data + (u64)row * p.row_values;
+// One block per row (a row of logits is long: one warp alone would take milliseconds). An
+// integer count does not depend on the order of its additions.
+extern "C" __global__ void __launch_bounds__(COUNT_THREADS) lmh_count_non_finite(const CountNonFinite p, const float* __restrict__ data, u32* __restrict__ counts) {
+  __shared__ u32 warp_counts[COUNT_THREADS / LANES];
+  const u32* r = (const u32*)data + (u64)blockIdx.x * p.row_values;
   u32 n = 0;
-  for (u32 e = lane; e < p.row_values; e += LANES) n += (r[e] & 0x7F800000u) == 0x7F800000u;
+  for (u32 e = threadIdx.x; e < p.row_values; e += COUNT_THREADS) n += (r[e] & 0x7F800000u) == 0x7F800000u;
   for (int m = 16; m > 0; m /= 2) n += __shfl_xor_sync(0xffffffffu, n, m);
-  if (lane == 0) counts[row] = n;
+  if (threadIdx.x % LANES == 0) warp_counts[threadIdx.x / LANES] = n;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    u32 total = 0;
+    for (int w = 0; w < COUNT_THREADS / LANES; w++) total += warp_counts[w];
+    counts[blockIdx.x] = total;
+  }
 }
 
 // The read-bandwidth probe: 16-byte loads over `words` uint4, summed so none is dropped.
