@@ -46,21 +46,25 @@ pub fn build(b: *std.Build) void {
     }
     addEmulator(b, test_module);
     const tests = b.addTest(.{ .root_module = test_module });
-
-    // The GPU test and bench driver: a native program (the GPU machine has no Bun) linking the
-    // library's source; `zig build gpu-check` installs zig-out/bin/lmhead-gpu-check.
-    const gpu_check = b.addExecutable(.{ .name = "lmhead-gpu-check", .root_module = b.createModule(.{
-        .root_source_file = b.path("native/gpu_check.zig"),
-        .target = target,
-        .optimize = optimize,
-        .link_libc = true,
-    }) });
-    b.step("gpu-check", "Build the GPU test and bench driver").dependOn(&b.addInstallArtifact(gpu_check, .{}).step);
     const run_tests = b.addRunArtifact(tests);
     const test_step = b.step("test", "Run the Zig unit tests");
     test_step.dependOn(&run_tests.step);
     test_step.dependOn(&checkSyntax(b, "cuda", &.{"-std=c++17"}).step);
     test_step.dependOn(&checkSyntax(b, "metal", &.{"-std=c++14"}).step);
+
+    // The GPU test and bench driver: a native program (the GPU machine has no Bun) built from
+    // the library's source; `zig build gpu-check` installs zig-out/bin/lmhead-gpu-check.
+    const gpu_module = b.createModule(.{
+        .root_source_file = b.path("native/gpu_check.zig"),
+        .target = target,
+        .optimize = optimize,
+        .link_libc = true,
+    });
+    addCpuLevels(b, gpu_module, target, optimize);
+    gpu_module.addAnonymousImport("metal_prelude", .{ .root_source_file = b.path("metal/prelude.metal") });
+    gpu_module.addAnonymousImport("metal_entries", .{ .root_source_file = b.path("metal/entries.metal") });
+    const gpu_check = b.addExecutable(.{ .name = "lmhead-gpu-check", .root_module = gpu_module });
+    b.step("gpu-check", "Build the GPU test and bench driver").dependOn(&b.addInstallArtifact(gpu_check, .{}).step);
 }
 
 /// The host emulator of the GPU kernel source (native/kernels/host/emulator.c), twice: with

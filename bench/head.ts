@@ -176,7 +176,14 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       bar.update(done, `${f.name}: generating ${(bytes / 1e9).toFixed(2)} GB of weights`);
       using head = device.allocBuffer(bytes);
       const t0 = performance.now();
-      head.withHostBytes((bytes) => fillHead(bytes, typeId, o.hidden, o.vocab, o.seed));
+      if (device.hostVisible) {
+        head.withHostBytes((bytes) => fillHead(bytes, typeId, o.hidden, o.vocab, o.seed));
+      } else {
+        // A GPU's memory: fill a host copy and upload it once.
+        const host = new Uint8Array(bytes);
+        fillHead(host, typeId, o.hidden, o.vocab, o.seed);
+        head.write(host);
+      }
       const genMs = performance.now() - t0;
       using weights = new MlxModelWeights(device, {
         hiddenSize: o.hidden, vocabSize: o.vocab, finalNorm: normBuffer, head, headType: typeId, tied: false,

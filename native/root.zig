@@ -598,4 +598,5 @@ test {
     _ = @import("numerics/lanes.zig");
     _ = @import("backends/cpu/pool.zig");
     _ = @import("backends/cpu/decode.zig");
+    _ = @import("backends/cuda/driver.zig");
 }

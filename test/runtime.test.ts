@@ -176,3 +176,31 @@ test("the fma-rate probe measures a positive rate and refuses a bad pass count",
   expect(() => device.fmaRate(0)).toThrow(LmheadError);
   expect(() => device.fmaRate(101)).toThrow(/fma probe passes 101 outside \[1, 100\]/);
 });
+
+test("a CUDA device opens where the driver and NVRTC are, and otherwise says which is missing", async () => {
+  // Without a GPU the error names the driver library; LMHEAD_LIBCUDA points the search at a
+  // path that cannot exist, so this holds on a GPU machine too.
+  const script = `
+    import { LmheadError, MlxDevice } from "./src/index.ts";
+    try { MlxDevice.open("cuda"); console.log("opened"); }
+    catch (e) { console.log(e instanceof LmheadError ? e.code + ": " + e.message : "other: " + e); }`;
+  const child = Bun.spawn([process.execPath, "-e", script], {
+    cwd: `${import.meta.dir}/..`, stdout: "pipe", env: { ...process.env, LMHEAD_LIBCUDA: "/nonexistent/libcuda.so.1" },
+  });
+  const out = await new Response(child.stdout).text();
+  expect(await child.exited).toBe(0);
+  expect(out).toContain("unsupported: open cuda device: the CUDA backend needs the NVIDIA driver library /nonexistent/libcuda.so.1, which could not be loaded");
+  let cuda: MlxDevice | undefined;
+  try {
+    cuda = MlxDevice.open("cuda");
+  } catch (e) {
+    expect(e).toBeInstanceOf(LmheadError);
+    expect((e as LmheadError).code).toBe("unsupported");
+    expect((e as LmheadError).message).toMatch(/libcuda|NVRTC|no GPU/);
+  }
+  if (cuda) {
+    expect(cuda.info).toStartWith("cuda: ");
+    expect(cuda.hostVisible).toBe(false);
+    cuda.close();
+  }
+});

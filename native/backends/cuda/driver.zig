@@ -182,3 +182,25 @@ fn loadFirstMatch(pattern: [*:0]const u8) Error!?LoadedNvrtc {
     }
     return null;
 }
+
+extern "c" fn setenv(name: [*:0]const u8, value: [*:0]const u8, overwrite: c_int) c_int;
+extern "c" fn unsetenv(name: [*:0]const u8) c_int;
+
+test "a missing driver library or NVRTC is an Unsupported error that names it" {
+    _ = setenv("LMHEAD_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+    defer _ = unsetenv("LMHEAD_LIBCUDA");
+    try std.testing.expectError(error.Unsupported, loadCuda());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "/nonexistent/libcuda.so.1") != null);
+
+    _ = setenv("LMHEAD_NVRTC", "/nonexistent/libnvrtc.so.13", 1);
+    defer _ = unsetenv("LMHEAD_NVRTC");
+    try std.testing.expectError(error.Unsupported, loadNvrtc());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "LMHEAD_NVRTC=/nonexistent/libnvrtc.so.13") != null);
+}
+
+test "a library without the entry points is refused, naming the first one missing" {
+    // libc is loaded in every process and exports none of the driver's functions.
+    const libc = std.c.dlopen("libc.so.6", rtld) orelse return error.SkipZigTest;
+    try std.testing.expectError(error.Unsupported, bind(Cuda, libc, "the CUDA driver library", "libc.so.6"));
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "lacks cuInit") != null);
+}
