@@ -10,6 +10,9 @@
 const std = @import("std");
 const formats = @import("numerics/formats.zig");
 const device_mod = @import("core/device.zig");
+const cuda_driver = @import("backends/cuda/driver.zig");
+const cuda_module = @import("backends/cuda/module.zig");
+const status = @import("core/status.zig");
 
 const check_rows = [_]u32{ 1, 2, 3, 5, 8, 9, 16, 17, 33, 64 };
 const bench_rows = [_]u32{ 1, 2, 4, 8, 16, 32, 64 };
@@ -74,7 +77,7 @@ pub fn main(init: std.process.Init.Minimal) !void {
         var text: [512]u8 = undefined;
         const n = lib.lmh_last_error(&text, text.len);
         std.debug.print("SKIP: no CUDA device: {s}\n", .{text[0..@min(n, text.len)]});
-        return;
+        return compileOnly();
     }
     var text: [256]u8 = undefined;
     var info: [3]u32 = undefined;
@@ -381,4 +384,20 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     defer head.deinit();
     try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
     std.debug.print("launch overhead: one head call (4 kernels, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
+}
+
+/// Without a GPU, NVRTC alone (if it is found) still shows the kernel source compiles for
+/// an H100/H200 (sm_90), with the options the backend uses.
+fn compileOnly() void {
+    const nvrtc = cuda_driver.loadNvrtc() catch {
+        std.debug.print("SKIP: NVRTC compile: {s}\n", .{status.message()});
+        return;
+    };
+    const start = seconds();
+    const image = cuda_module.cubin(&nvrtc.table, .{ .arch = 90, .ftz = false, .defines = &.{} }) catch {
+        std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
+        std.process.exit(1);
+    };
+    defer std.heap.c_allocator.free(image);
+    std.debug.print("NVRTC ({s}) compiled the kernels for sm_90: {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), image.len, seconds() - start });
 }

@@ -595,7 +595,10 @@ LMH_FN void lmh_softcap(lmh_softcap_params p, LMH_GLOBAL lmh_u32 *data, lmh_u32 
         float z = lmh_flush(data[i], LMH_VALUE_MIN);
         float u = lmh_flush(lmh_as_uint(z * inv_cap), LMH_VALUE_MIN);
         float t = lmh_tanh(u);
-        data[i] = lmh_as_uint(lmh_flush(lmh_as_uint(t * cap), LMH_VALUE_MIN));
+        lmh_u32 r = lmh_as_uint(t * cap);
+        // A NaN leaves as the canonical NaN, as on the CPU (a CUDA multiply makes 0x7FFFFFFF).
+        r = (r & 0x7FFFFFFFu) > LMH_POSITIVE_INF ? LMH_CANONICAL_NAN : r;
+        data[i] = lmh_as_uint(lmh_flush(r, LMH_VALUE_MIN));
     }
 }
 

@@ -12,22 +12,17 @@ const Command = contract.Command;
 const Error = status.Error;
 const fail = status.fail;
 
-/// Launch shapes, passed to NVRTC as macros, so host and kernels agree.
+/// Launch shapes. The kernels stride over their work, so the grid changes no result; the
+/// tuning macros of kernels.h are passed to NVRTC, so host and kernels agree.
 const warps_per_block = 4;
 const threads_per_block = 32 * warps_per_block;
-/// Activation rows one pass of the matvec shares each decoded weight with; a call uses the
-/// smallest that holds its rows, so N = 3 pays one decode of each chunk, not two.
-const rows_per_pass = [_]u32{ 1, 2, 4, 8 };
-/// Vocab rows one warp computes: they share each activation load. Measured on an H200 against
-/// 1 and 2: best or equal at every N and type.
+/// Vocab rows one warp computes (they share each activation load) and activation rows one
+/// pass shares each decoded weight with.
 const vocab_rows_per_warp = 4;
-/// Threads of the one block per row that counts non-finite logits.
-const count_threads = 1024;
+const rows_per_pass = 4;
 /// Pinned staging: uploads alternate between two buffers so the host fills one while the
 /// other is copied; downloads use the first.
 const staging_bytes = 16 << 20;
-/// Matvec weights start this aligned (a GGUF tensor is 32-byte aligned; an allocation 256).
-const weight_alignment_bytes = 16;
 /// The largest kernel parameter: the params structs of kernels/params.zig.
 const max_argument_bytes = 32;
 
@@ -52,8 +47,8 @@ const Kernels = struct {
     count_non_finite: driver.Function,
     probe_read: driver.Function,
     probe_fma: driver.Function,
-    /// [type index in formats.all][index in rows_per_pass]
-    matvec: [formats.all.len][rows_per_pass.len]driver.Function,
+    /// By the type's index in formats.all.
+    matvec: [formats.all.len]driver.Function,
 };
 
 pub const Backend = struct {
@@ -121,26 +116,24 @@ pub const Backend = struct {
         }
         const ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
         const image = try module.cubin(nvrtc, .{ .arch = backend.arch, .ftz = ftz, .defines = &.{
-            .{ "WARPS_PER_BLOCK", warps_per_block },
-            .{ "VOCAB_ROWS_PER_WARP", vocab_rows_per_warp },
-            .{ "COUNT_THREADS", count_threads },
+            .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows_per_warp },
+            .{ "LMH_ROWS_PER_PASS", rows_per_pass },
         } });
         defer std.heap.c_allocator.free(image);
         try cuda.check(cuda.cuModuleLoadData(&backend.module, image.ptr), "cuModuleLoadData");
         try backend.findKernels();
     }
 
+    /// The entry points by the registry's kernel names (entries.cu), and the probes.
     fn findKernels(backend: *Backend) Error!void {
         const k = &backend.kernels;
-        k.rms_norm = try backend.function("lmh_rms_norm");
-        k.softcap = try backend.function("lmh_softcap");
-        k.count_non_finite = try backend.function("lmh_count_non_finite");
+        k.rms_norm = try backend.function("rms_norm_f32");
+        k.softcap = try backend.function("softcap_f32");
+        k.count_non_finite = try backend.function("count_non_finite_f32");
         k.probe_read = try backend.function("lmh_probe_read");
         k.probe_fma = try backend.function("lmh_probe_fma");
         inline for (formats.all, 0..) |f, t| {
-            inline for (rows_per_pass, 0..) |r, i| {
-                k.matvec[t][i] = try backend.function(comptime std.fmt.comptimePrint("lmh_matvec_{s}_r{d}", .{ @tagName(f.type), r }));
-            }
+            if (f.head) k.matvec[t] = try backend.function("matvec_" ++ f.name ++ "_f32");
         }
     }
 
@@ -258,12 +251,6 @@ pub const Backend = struct {
     /// Launches the commands in order on the device's one stream and waits once. A barrier
     /// needs no work: on one stream a launch starts after the previous one's writes land.
     pub fn execute(backend: *Backend, commands: []const Command) Error!void {
-        for (commands) |command| switch (command) {
-            // The kernels read each block with loads as wide as its layout allows.
-            .matvec => |c| if (pointer(c.weight) % weight_alignment_bytes != 0)
-                return fail(error.InvalidArgument, "CUDA head weights must start {d}-byte aligned (at 0x{x})", .{ weight_alignment_bytes, pointer(c.weight) }),
-            else => {},
-        };
         try backend.enter();
         defer backend.leave();
         for (commands) |command| try backend.encode(command);
@@ -274,25 +261,21 @@ pub const Backend = struct {
         const k = &backend.kernels;
         switch (command) {
             .barrier => {},
-            .rms_norm => |c| try backend.launch(k.rms_norm, .{ warpGrid(c.params.rows, 1), 1 }, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
+            .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
             .matvec => |c| {
-                const t = formatIndex(c.params.type_id);
-                const pass = for (rows_per_pass, 0..) |r, i| {
-                    if (c.params.rows <= r) break i;
-                } else rows_per_pass.len - 1;
                 const grid = warpGrid(c.params.vocab, vocab_rows_per_warp);
-                try backend.launch(k.matvec[t][pass], .{ grid, 1 }, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
+                try backend.launch(k.matvec[formatIndex(c.params.type_id)], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
             .softcap => |c| {
-                const blocks = @min(std.math.divCeil(u64, c.params.values, 256) catch unreachable, 32 * @as(u64, backend.multiprocessors));
-                try backend.launch(k.softcap, .{ @intCast(blocks), 1 }, 256, .{ c.params, pointer(c.data) });
+                const blocks = @min(std.math.divCeil(u64, c.params.values, threads_per_block) catch unreachable, 32 * @as(u64, backend.multiprocessors));
+                try backend.launch(k.softcap, @intCast(blocks), threads_per_block, .{ c.params, pointer(c.data) });
             },
-            .count_non_finite => |c| try backend.launch(k.count_non_finite, .{ c.params.rows, 1 }, count_threads, .{ c.params, pointer(c.data), pointer(c.counts) }),
+            .count_non_finite => |c| try backend.launch(k.count_non_finite, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.data), pointer(c.counts) }),
         }
     }
 
     /// One launch: `args` are the kernel's parameters by value, in order.
-    fn launch(backend: *Backend, f: driver.Function, grid: [2]u32, block: u32, args: anytype) Error!void {
+    fn launch(backend: *Backend, f: driver.Function, grid: u32, block: u32, args: anytype) Error!void {
         // Each value is copied to runtime storage (a tuple may hold comptime-known fields).
         var storage: [args.len][max_argument_bytes]u8 align(16) = undefined;
         var pointers: [args.len]?*anyopaque = undefined;
@@ -302,7 +285,7 @@ pub const Backend = struct {
             @memcpy(storage[i][0..@sizeOf(@TypeOf(value))], std.mem.asBytes(&value));
             pointers[i] = &storage[i];
         }
-        try backend.cuda.check(backend.cuda.cuLaunchKernel(f, grid[0], grid[1], 1, block, 1, 1, 0, backend.stream, &pointers, null), "cuLaunchKernel");
+        try backend.cuda.check(backend.cuda.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, backend.stream, &pointers, null), "cuLaunchKernel");
     }
 
     /// Device read bandwidth, bytes per second: the median of `passes` 16-byte-load sweeps
@@ -346,7 +329,7 @@ pub const Backend = struct {
         var pass_ms: [contract.max_probe_passes]f32 = undefined;
         for (0..passes + 1) |pass| {
             try cuda.check(cuda.cuEventRecord(start, backend.stream), "cuEventRecord");
-            try backend.launch(f, .{ grid, 1 }, block, args);
+            try backend.launch(f, grid, block, args);
             try cuda.check(cuda.cuEventRecord(stop, backend.stream), "cuEventRecord");
             try cuda.check(cuda.cuEventSynchronize(stop), "cuEventSynchronize");
             var ms: f32 = 0;

@@ -152,11 +152,27 @@ pub fn loadNvrtc() Error!LoadedNvrtc {
 }
 
 fn loaded(library: *anyopaque, path: []const u8) Error!LoadedNvrtc {
+    loadBuiltinsBeside(path);
     var result: LoadedNvrtc = .{ .table = try bind(Nvrtc, library, "NVRTC", path), .path = undefined };
     const n = @min(path.len, path_capacity);
     @memcpy(result.path[0..n], path[0..n]);
     result.path[n] = 0;
     return result;
+}
+
+/// NVRTC opens its builtins (libnvrtc-builtins.so.<version>) by name when it compiles. Beside
+/// a libnvrtc outside the loader's path (a Python wheel) that name is found only if those
+/// builtins are loaded already: seen failing without this with the CUDA 13.0 wheel.
+fn loadBuiltinsBeside(path: []const u8) void {
+    const slash = std.mem.lastIndexOfScalar(u8, path, '/') orelse return;
+    var pattern_buffer: [path_capacity:0]u8 = undefined;
+    const pattern = std.mem.printSentinel(&pattern_buffer, "{s}/libnvrtc-builtins.so.*[0-9]", .{path[0..slash]}, 0) catch return;
+    var matches: Glob = .{};
+    if (glob(pattern, 0, null, &matches) != 0) return;
+    defer globfree(&matches);
+    for (matches.pathv.?[0..matches.pathc]) |match| if (match) |name| {
+        _ = std.c.dlopen(name, rtld);
+    };
 }
 
 /// glibc's glob(3): only the two fields read here are named; the rest is padding.

@@ -8,7 +8,10 @@ const driver = @import("driver.zig");
 const Error = status.Error;
 const fail = status.fail;
 
-pub const source = @embedFile("interim.cu");
+const sources = @import("../../kernels/sources.zig");
+
+/// The shared kernel source for CUDA (kernels/sources.zig), then the backend's probes.
+pub const source: [:0]const u8 = sources.cuda ++ @embedFile("probes.cu");
 
 /// The largest compiled module accepted from the cache; a larger file is a corrupt entry.
 const max_cubin_bytes = 64 << 20;
@@ -33,11 +36,12 @@ pub fn cubin(nvrtc: *const driver.Nvrtc, options: Options) Error![]u8 {
     var arch_option: [32:0]u8 = undefined;
     const arch_text = std.mem.printSentinel(&arch_option, "--gpu-architecture=sm_{d}", .{options.arch}, 0) catch unreachable;
     const ftz_text: [:0]const u8 = if (options.ftz) "--ftz=true" else "--ftz=false";
-    var compile_options: [5 + max_defines][*:0]const u8 = .{ arch_text, "--fmad=false", ftz_text, "--std=c++17", "-default-device" } ++ @as([max_defines][*:0]const u8, undefined);
+    // Warning 161: the Metal pragma every kernel source file starts with.
+    var compile_options: [5 + max_defines][*:0]const u8 = .{ arch_text, "--fmad=false", ftz_text, "--std=c++17", "-diag-suppress=161" } ++ @as([max_defines][*:0]const u8, undefined);
     var define_text: [max_defines][64:0]u8 = undefined;
     std.debug.assert(options.defines.len <= max_defines);
     for (options.defines, 0..) |d, i| {
-        compile_options[5 + i] = std.mem.printSentinel(&define_text[i], "-D{s}={d}", .{ d[0], d[1] }, 0) catch unreachable;
+        compile_options[5 + i] = std.mem.printSentinel(&define_text[i], "-D{s}={d}u", .{ d[0], d[1] }, 0) catch unreachable;
     }
     const used = compile_options[0 .. 5 + options.defines.len];
 

@@ -11,7 +11,7 @@ typedef unsigned long long lmh_u64;
 #define LMH_FN static __device__ __forceinline__
 #define LMH_GLOBAL
 #define LMH_STATIC_ASSERT(condition, message) static_assert(condition, message)
-#define LMH_OFFSETOF(type, field) __builtin_offsetof(type, field)
+// No LMH_OFFSETOF: NVRTC has no offsetof (params.h checks offsets where there is one).
 
 LMH_FN float lmh_as_float(lmh_u32 bits) {
     return __uint_as_float(bits);
