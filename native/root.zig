@@ -599,4 +599,5 @@ test {
     _ = @import("backends/cpu/pool.zig");
     _ = @import("backends/cpu/decode.zig");
     _ = @import("backends/cuda/driver.zig");
+    _ = @import("backends/cuda/module.zig");
 }

@@ -125,3 +125,40 @@ fn writeCache(path: [:0]const u8, bytes: []const u8) void {
     const closed = std.c.fclose(file);
     if (written == bytes.len and closed == 0) _ = std.c.rename(temporary, path);
 }
+
+extern "c" fn setenv(name: [*:0]const u8, value: [*:0]const u8, overwrite: c_int) c_int;
+extern "c" fn unsetenv(name: [*:0]const u8) c_int;
+
+test "the module cache: LMHEAD_CACHE, else XDG_CACHE_HOME/lmhead; keyed by source, architecture and NVRTC; written whole" {
+    var folder_buffer: [64]u8 = undefined;
+    const folder = try std.fmt.bufPrint(&folder_buffer, "/tmp/lmhead-cuda-cache-test-{d}", .{std.c.getpid()});
+    var folder_z: [64:0]u8 = undefined;
+    @memcpy(folder_z[0..folder.len], folder);
+    folder_z[folder.len] = 0;
+    _ = setenv("LMHEAD_CACHE", &folder_z, 1);
+    var path_buffer: [path_capacity:0]u8 = undefined;
+    const path = cachePath(&path_buffer, 0xABCD, 90, 13, 0).?;
+    try std.testing.expect(std.mem.startsWith(u8, path, folder));
+    try std.testing.expect(std.mem.endsWith(u8, path, "/cuda-000000000000abcd-sm90-nvrtc13.0.cubin"));
+    // Another architecture or NVRTC is another entry.
+    var other_buffer: [path_capacity:0]u8 = undefined;
+    try std.testing.expect(!std.mem.eql(u8, path, cachePath(&other_buffer, 0xABCD, 100, 13, 0).?));
+    try std.testing.expect(!std.mem.eql(u8, path, cachePath(&other_buffer, 0xABCD, 90, 13, 1).?));
+    try std.testing.expectEqual(@as(?[]u8, null), readCache(path));
+    writeCache(path, "module bytes");
+    defer {
+        _ = std.c.unlink(path);
+        _ = std.c.rmdir(&folder_z);
+    }
+    const back = readCache(path).?;
+    defer std.heap.c_allocator.free(back);
+    try std.testing.expectEqualStrings("module bytes", back);
+
+    _ = unsetenv("LMHEAD_CACHE");
+    _ = setenv("XDG_CACHE_HOME", &folder_z, 1);
+    defer _ = unsetenv("XDG_CACHE_HOME");
+    var xdg_buffer: [path_capacity:0]u8 = undefined;
+    const xdg = cachePath(&xdg_buffer, 1, 90, 13, 0).?;
+    defer _ = std.c.rmdir(std.mem.printSentinel(&other_buffer, "{s}/lmhead", .{folder}, 0) catch unreachable);
+    try std.testing.expect(std.mem.startsWith(u8, xdg, folder) and std.mem.indexOf(u8, xdg, "/lmhead/cuda-") != null);
+}
