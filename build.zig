@@ -45,6 +45,8 @@ pub fn build(b: *std.Build) void {
         module.addAnonymousImport("metal_entries", .{ .root_source_file = b.path("metal/entries.metal") });
     }
     addEmulator(b, test_module);
+    // Apple's Objective-C messages and classes, from metal-cpp (see scripts/make_metal_selectors.py).
+    test_module.addAnonymousImport("metal_selectors_fixture", .{ .root_source_file = b.path("test/fixtures/metal_selectors.txt") });
     const tests = b.addTest(.{ .root_module = test_module });
     const run_tests = b.addRunArtifact(tests);
     const test_step = b.step("test", "Run the Zig unit tests");

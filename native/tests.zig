@@ -9,4 +9,5 @@ test {
     _ = @import("kernels/lint.zig");
     _ = @import("kernels/emulator.zig");
     _ = @import("kernels/parity_test.zig");
+    _ = @import("backends/metal/objc.zig");
 }
