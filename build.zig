@@ -47,6 +47,7 @@ pub fn build(b: *std.Build) void {
     addEmulator(b, test_module);
     // Apple's Objective-C messages and classes, from metal-cpp (see scripts/make_metal_selectors.py).
     test_module.addAnonymousImport("metal_selectors_fixture", .{ .root_source_file = b.path("test/fixtures/metal_selectors.txt") });
+    test_module.addAnonymousImport("macos_dylib", .{ .root_source_file = macosLibrary(b, optimize) });
     const tests = b.addTest(.{ .root_module = test_module });
     const run_tests = b.addRunArtifact(tests);
     const test_step = b.step("test", "Run the Zig unit tests");
@@ -158,4 +159,16 @@ fn addCpuLevel(b: *std.Build, module: *std.Build.Module, name: []const u8, targe
     });
     level.addOptions("cpu_level", options);
     module.addObject(b.addObject(.{ .name = b.fmt("lmhead_cpu_{s}", .{name}), .root_module = level }));
+}
+
+/// liblmhead.dylib for Apple silicon, cross-built with no SDK: the tests read its Mach-O
+/// load commands and exports (native/backends/metal/macho_test.zig).
+fn macosLibrary(b: *std.Build, optimize: std.builtin.OptimizeMode) std.Build.LazyPath {
+    const module = b.createModule(.{
+        .root_source_file = b.path("native/root.zig"),
+        .target = b.resolveTargetQuery(.{ .cpu_arch = .aarch64, .os_tag = .macos }),
+        .optimize = optimize,
+        .link_libc = true,
+    });
+    return b.addLibrary(.{ .name = "lmhead", .linkage = .dynamic, .root_module = module }).getEmittedBin();
 }

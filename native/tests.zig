@@ -10,4 +10,5 @@ test {
     _ = @import("kernels/emulator.zig");
     _ = @import("kernels/parity_test.zig");
     _ = @import("backends/metal/objc.zig");
+    _ = @import("backends/metal/macho_test.zig");
 }

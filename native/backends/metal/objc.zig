@@ -231,16 +231,20 @@ fn loadSystem(r: *Runtime) ?[]const u8 {
     _ = std.c.dlopen(core_graphics_path, .{ .NOW = true }) orelse return "cannot load " ++ core_graphics_path;
     const msg_send = std.c.dlsym(objc, "objc_msgSend") orelse return "libobjc has no objc_msgSend";
     r.* = .{
-        .getClass = @ptrCast(std.c.dlsym(objc, "objc_getClass") orelse return "libobjc has no objc_getClass"),
-        .registerName = @ptrCast(std.c.dlsym(objc, "sel_registerName") orelse return "libobjc has no sel_registerName"),
-        .poolPush = @ptrCast(std.c.dlsym(objc, "objc_autoreleasePoolPush") orelse return "libobjc has no objc_autoreleasePoolPush"),
-        .poolPop = @ptrCast(std.c.dlsym(objc, "objc_autoreleasePoolPop") orelse return "libobjc has no objc_autoreleasePoolPop"),
-        .createSystemDefaultDevice = @ptrCast(std.c.dlsym(metal, "MTLCreateSystemDefaultDevice") orelse return "Metal has no MTLCreateSystemDefaultDevice"),
+        .getClass = symbol(@FieldType(Runtime, "getClass"), objc, "objc_getClass") orelse return "libobjc has no objc_getClass",
+        .registerName = symbol(@FieldType(Runtime, "registerName"), objc, "sel_registerName") orelse return "libobjc has no sel_registerName",
+        .poolPush = symbol(@FieldType(Runtime, "poolPush"), objc, "objc_autoreleasePoolPush") orelse return "libobjc has no objc_autoreleasePoolPush",
+        .poolPop = symbol(@FieldType(Runtime, "poolPop"), objc, "objc_autoreleasePoolPop") orelse return "libobjc has no objc_autoreleasePoolPop",
+        .createSystemDefaultDevice = symbol(@FieldType(Runtime, "createSystemDefaultDevice"), metal, "MTLCreateSystemDefaultDevice") orelse return "Metal has no MTLCreateSystemDefaultDevice",
         .messages = undefined,
     };
-    inline for (@typeInfo(Messages).@"struct".field_names) |field| @field(r.messages, field) = @ptrCast(msg_send);
+    inline for (@typeInfo(Messages).@"struct".field_names) |field| @field(r.messages, field) = @ptrCast(@alignCast(msg_send));
     r.registerSelectors() catch return "a selector could not be registered";
     return null;
+}
+
+fn symbol(comptime F: type, library: *anyopaque, name: [*:0]const u8) ?F {
+    return @ptrCast(@alignCast(std.c.dlsym(library, name) orelse return null));
 }
 
 test "selector names: one colon per argument" {
