@@ -10,5 +10,8 @@ test {
     _ = @import("kernels/emulator.zig");
     _ = @import("kernels/parity_test.zig");
     _ = @import("backends/metal/objc.zig");
+    _ = @import("backends/metal/shapes.zig");
+    _ = @import("backends/metal/backend.zig");
+    _ = @import("backends/metal/tests.zig");
     _ = @import("backends/metal/macho_test.zig");
 }

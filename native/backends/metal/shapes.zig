@@ -1,0 +1,88 @@
+//! What the Metal backend dispatches for each command: the kernel's pipeline, the binding
+//! indices of its buffers and parameters, and the grid. The grid follows the kernel
+//! source's layout (one 32-lane simdgroup per vocab-row group, every batch row in the
+//! same simdgroup, so a row's arithmetic never depends on N).
+const std = @import("std");
+const contract = @import("../backend.zig");
+const registry = @import("../../core/registry.zig");
+const formats = @import("../../numerics/formats.zig");
+const objc = @import("objc.zig");
+const Command = contract.Command;
+const Kernel = registry.Kernel;
+
+/// Apple GPUs run 32-lane simdgroups; the kernels' butterflies are written for 32.
+pub const simd_width = 32;
+/// Simdgroups per matvec threadgroup, and the vocab rows each one owns.
+pub const matvec_simdgroups = 4;
+pub const matvec_vocab_rows_per_simdgroup = 4;
+/// Threads per threadgroup of the elementwise kernels.
+pub const elementwise_threads = 256;
+/// The most threads any pipeline is dispatched with.
+pub const threads_max = @max(matvec_simdgroups * simd_width, elementwise_threads);
+
+/// The head's kernels: the fixed ones, then one matvec per admitted head type.
+pub const kernels: []const Kernel = blk: {
+    var list: []const Kernel = &.{ .rms_norm, .softcap, .count_non_finite };
+    for (std.enums.values(formats.Type)) |t| {
+        if (formats.of(t).head) list = list ++ [_]Kernel{.{ .matvec = t }};
+    }
+    break :blk list;
+};
+
+/// The backend's own kernels after the head's: the bandwidth probe and the Mac-only probes.
+pub const probe_names = [_][:0]const u8{ "lmh_probe_read", "lmh_probe_numerics" };
+pub const probe_read = kernels.len;
+pub const probe_numerics = kernels.len + 1;
+pub const pipeline_count = kernels.len + probe_names.len;
+
+/// Every pipeline's entry-point name, by pipeline index.
+pub const pipeline_names: [pipeline_count][:0]const u8 = blk: {
+    var names: [pipeline_count][:0]const u8 = undefined;
+    for (kernels, 0..) |k, i| {
+        var buffer: [64]u8 = undefined;
+        const name = k.name(&buffer);
+        const final: [name.len:0]u8 = (name[0..name.len] ++ "").* ;
+        names[i] = &final;
+    }
+    for (probe_names, 0..) |n, i| names[kernels.len + i] = n;
+    break :blk names;
+};
+
+pub fn pipelineIndex(kernel: Kernel) usize {
+    for (kernels, 0..) |k, i| if (std.meta.eql(k, kernel)) return i;
+    unreachable; // every command's kernel is in the list (admission rejects the rest)
+}
+
+pub const Grid = struct { groups: objc.Size, threads: objc.Size };
+
+fn grid1(groups: u64, threads: usize) Grid {
+    return .{ .groups = .{ .width = @intCast(groups), .height = 1, .depth = 1 }, .threads = .{ .width = threads, .height = 1, .depth = 1 } };
+}
+
+/// The read probe: a fixed grid whose threads stride over the buffer in 16-byte loads.
+pub const probe_read_groups = 1024;
+pub const probe_read_grid = grid1(probe_read_groups, elementwise_threads);
+
+pub const Dispatch = struct { pipeline: usize, grid: Grid };
+
+/// The dispatch of a (non-barrier) command. As the entry points of metal/entries.metal
+/// declare them: the parameter struct at index 0, the buffers at 1.. in `Command.buffers`
+/// order. Every kernel strides over its work, so the grid is tuning, never a result.
+pub fn dispatch(command: Command) Dispatch {
+    return switch (command) {
+        .barrier => unreachable,
+        .rms_norm => |c| .{ .pipeline = pipelineIndex(.rms_norm), .grid = grid1(c.params.rows, simd_width) },
+        .count_non_finite => |c| .{ .pipeline = pipelineIndex(.count_non_finite), .grid = grid1(c.params.rows, simd_width) },
+        .softcap => |c| .{ .pipeline = pipelineIndex(.softcap), .grid = grid1(std.math.divCeil(u64, c.params.values, elementwise_threads) catch unreachable, elementwise_threads) },
+        .matvec => |c| .{
+            .pipeline = pipelineIndex(.{ .matvec = std.enums.fromInt(formats.Type, c.params.type_id).? }),
+            .grid = grid1(std.math.divCeil(u64, c.params.vocab, matvec_simdgroups * matvec_vocab_rows_per_simdgroup) catch unreachable, matvec_simdgroups * simd_width),
+        },
+    };
+}
+
+test "every head type has a matvec pipeline with its registry name" {
+    try std.testing.expectEqualStrings("rms_norm_f32", pipeline_names[pipelineIndex(.rms_norm)]);
+    try std.testing.expectEqualStrings("matvec_Q6_K_f32", pipeline_names[pipelineIndex(.{ .matvec = .q6_k })]);
+    try std.testing.expectEqualStrings("lmh_probe_read", pipeline_names[probe_read]);
+}
