@@ -14,4 +14,5 @@ test {
     _ = @import("backends/metal/backend.zig");
     _ = @import("backends/metal/tests.zig");
     _ = @import("backends/metal/macho_test.zig");
+    _ = @import("backends/metal/mac_test.zig");
 }

@@ -280,7 +280,7 @@ pub const Backend = struct {
         defer backend.free(sink);
         var seconds: [contract.max_probe_passes]f64 = undefined;
         for (0..passes + 1) |pass| {
-            try backend.probeRead(memory, sink, bytes);
+            try backend.runProbe(shapes.probe_read, &.{ memory, sink }, &@as(u64, bytes / 16), shapes.probe_read_grid);
             if (pass > 0) seconds[pass - 1] = backend.last_gpu_seconds; // pass 0 warms up
         }
         std.mem.sort(f64, seconds[0..passes], {}, std.sort.asc(f64));
@@ -288,7 +288,10 @@ pub const Backend = struct {
         return .{ per_second, per_second };
     }
 
-    fn probeRead(backend: *Backend, memory: Memory, sink: Memory, bytes: u64) Error!void {
+    /// Runs one of the backend's probe kernels: `buffers` bound at 0.., `parameter` after
+    /// them, one command buffer, waited for.
+    pub fn runProbe(backend: *Backend, pipeline: usize, buffers: []const Memory, parameter: anytype, grid: shapes.Grid) Error!void {
+        std.debug.assert(pipeline >= shapes.kernels.len and pipeline < shapes.pipeline_count);
         const runtime = backend.runtime;
         const pool = objc.Pool.push(runtime);
         defer pool.pop();
@@ -296,12 +299,10 @@ pub const Backend = struct {
             return fail(error.Backend, "Metal gave no command buffer", .{});
         const encoder = runtime.send(.computeCommandEncoderWithDispatchType_, command_buffer, .{objc.dispatch_type_concurrent}) orelse
             return fail(error.Backend, "Metal gave no compute encoder", .{});
-        const words: u64 = bytes / 16;
-        runtime.send(.setBuffer_offset_atIndex_, encoder, .{ memory.views[0], 0, 0 });
-        runtime.send(.setBuffer_offset_atIndex_, encoder, .{ sink.views[0], 0, 1 });
-        runtime.send(.setBytes_length_atIndex_, encoder, .{ @as(*const anyopaque, &words), @sizeOf(u64), 2 });
-        runtime.send(.setComputePipelineState_, encoder, .{backend.pipelines[shapes.probe_read]});
-        runtime.send(.dispatchThreadgroups_threadsPerThreadgroup_, encoder, .{ shapes.probe_read_grid.groups, shapes.probe_read_grid.threads });
+        for (buffers, 0..) |memory, index| runtime.send(.setBuffer_offset_atIndex_, encoder, .{ memory.views[0], memory.head_bytes, index });
+        runtime.send(.setBytes_length_atIndex_, encoder, .{ @as(*const anyopaque, parameter), @sizeOf(@TypeOf(parameter.*)), buffers.len });
+        runtime.send(.setComputePipelineState_, encoder, .{backend.pipelines[pipeline]});
+        runtime.send(.dispatchThreadgroups_threadsPerThreadgroup_, encoder, .{ grid.groups, grid.threads });
         runtime.send(.endEncoding, encoder, .{});
         try backend.run(command_buffer);
     }

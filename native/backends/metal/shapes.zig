@@ -55,7 +55,7 @@ pub fn pipelineIndex(kernel: Kernel) usize {
 
 pub const Grid = struct { groups: objc.Size, threads: objc.Size };
 
-fn grid1(groups: u64, threads: usize) Grid {
+pub fn grid1(groups: u64, threads: usize) Grid {
     return .{ .groups = .{ .width = @intCast(groups), .height = 1, .depth = 1 }, .threads = .{ .width = threads, .height = 1, .depth = 1 } };
 }
 
