@@ -8,6 +8,7 @@
 //! `executor`: the host-emulated kernel source.
 const std = @import("std");
 const objc = @import("objc.zig");
+const emulator = @import("../../kernels/emulator.zig");
 const Id = objc.Id;
 const Sel = objc.Sel;
 
@@ -321,37 +322,16 @@ fn setFastMathEnabled(self: Id, _: Sel, enabled: u32) callconv(.c) void {
     o.fast_math_off = enabled == 0;
 }
 
-/// A function exists when the library's source declares `kernel void <name>(`.
+/// A function exists when the library's source declares it literally (`kernel void name(`),
+/// or, for the head's kernels that macros declare (LMH_HEAD_TYPES), when the host emulator,
+/// built from the same kernel source and entry list, has it.
 fn newFunctionWithName(self: Id, _: Sel, name: Id) callconv(.c) ?Id {
     const library = receiver(self, .library, .newFunctionWithName_);
     const n = receiver(name, .string, .newFunctionWithName_);
-    if (!declaresKernel(library.source, n.text)) return null;
+    const declaration = std.fmt.allocPrint(allocator(), "kernel void {s}(", .{n.text}) catch return null;
+    const declared = std.mem.indexOf(u8, library.source, declaration) != null;
+    if (!declared and std.meta.isError(emulator.default.kernel(n.text))) return null;
     return create(.function, .{ .kind = .function, .text = n.text });
-}
-
-/// Whether `source` declares kernel `name`: written out, or made by a one-line macro
-/// `#define M(p, ...) ... kernel void A##p##B(` invoked as `M(value, ...)`, A value B = name.
-fn declaresKernel(source: []const u8, name: []const u8) bool {
-    const declaration = std.fmt.allocPrint(allocator(), "kernel void {s}(", .{name}) catch return false;
-    if (std.mem.indexOf(u8, source, declaration) != null) return true;
-    var defines = std.mem.splitSequence(u8, source, "#define ");
-    _ = defines.next();
-    while (defines.next()) |define| {
-        const open = std.mem.indexOfNone(u8, define, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") orelse continue;
-        if (define[open] != '(') continue; // not a function-like macro
-        const macro = define[0..open];
-        const parameter = std.mem.trim(u8, define[open + 1 .. std.mem.indexOfAnyPos(u8, define, open, ",)") orelse continue], " ");
-        const body = define[0 .. std.mem.indexOf(u8, define, "\n#") orelse define.len];
-        const kernel = std.mem.indexOf(u8, body, "kernel void ") orelse continue;
-        const pasted = std.fmt.allocPrint(allocator(), "##{s}##", .{parameter}) catch return false;
-        const at = std.mem.indexOfPos(u8, body, kernel, pasted) orelse continue;
-        const prefix = body[kernel + "kernel void ".len .. at];
-        const suffix = body[at + pasted.len .. std.mem.indexOfScalarPos(u8, body, at, '(') orelse continue];
-        if (!std.mem.startsWith(u8, name, prefix) or !std.mem.endsWith(u8, name, suffix) or name.len < prefix.len + suffix.len) continue;
-        const invocation = std.fmt.allocPrint(allocator(), "\n{s}({s},", .{ macro, name[prefix.len .. name.len - suffix.len] }) catch return false;
-        if (std.mem.indexOf(u8, source, invocation) != null) return true;
-    }
-    return false;
 }
 
 fn threadExecutionWidth(self: Id, _: Sel) callconv(.c) usize {
