@@ -32,8 +32,6 @@ pub const Backend = struct {
     /// One pipeline per kernel of `shapes.pipeline_names`: the head's, then the probes.
     pipelines: [shapes.pipeline_count]Id,
     max_buffer_bytes: usize,
-    /// GPU seconds of the last finished command buffer (GPUEndTime - GPUStartTime).
-    last_gpu_seconds: f64 = 0,
     name_text: [96]u8 = undefined,
     name_len: usize = 0,
 
@@ -237,7 +235,7 @@ pub const Backend = struct {
             return e;
         };
         runtime.send(.endEncoding, encoder, .{});
-        try backend.run(command_buffer);
+        _ = try backend.run(command_buffer);
     }
 
     fn encode(backend: *Backend, encoder: Id, command: Command) Error!void {
@@ -259,14 +257,15 @@ pub const Backend = struct {
     }
 
     /// Commits, waits, and maps a failed command buffer and its error text to an error.
-    fn run(backend: *Backend, command_buffer: Id) Error!void {
+    /// Returns the GPU's own time for the command buffer, in seconds.
+    fn run(backend: *Backend, command_buffer: Id) Error!f64 {
         const runtime = backend.runtime;
         runtime.send(.commit, command_buffer, .{});
         runtime.send(.waitUntilCompleted, command_buffer, .{});
         const state = runtime.send(.status, command_buffer, .{});
         if (state != objc.command_buffer_status_completed)
             return fail(error.Backend, "Metal command buffer ended with status {d}: {s}", .{ state, runtime.errorText(runtime.send(.@"error", command_buffer, .{})) });
-        backend.last_gpu_seconds = runtime.send(.GPUEndTime, command_buffer, .{}) - runtime.send(.GPUStartTime, command_buffer, .{});
+        return runtime.send(.GPUEndTime, command_buffer, .{}) - runtime.send(.GPUStartTime, command_buffer, .{});
     }
 
     /// The GPU's read bandwidth: the median of `passes` command buffers, each one probe
@@ -280,8 +279,8 @@ pub const Backend = struct {
         defer backend.free(sink);
         var seconds: [contract.max_probe_passes]f64 = undefined;
         for (0..passes + 1) |pass| {
-            try backend.runProbe(shapes.probe_read, &.{ memory, sink }, &@as(u64, bytes / 16), shapes.probe_read_grid);
-            if (pass > 0) seconds[pass - 1] = backend.last_gpu_seconds; // pass 0 warms up
+            const gpu_seconds = try backend.runProbe(shapes.probe_read, &.{ memory, sink }, &@as(u64, bytes / 16), shapes.probe_read_grid);
+            if (pass > 0) seconds[pass - 1] = gpu_seconds; // pass 0 warms up
         }
         std.mem.sort(f64, seconds[0..passes], {}, std.sort.asc(f64));
         const per_second = @as(f64, @floatFromInt(bytes)) / @max(seconds[passes / 2], 1e-9);
@@ -289,8 +288,8 @@ pub const Backend = struct {
     }
 
     /// Runs one of the backend's probe kernels: `buffers` bound at 0.., `parameter` after
-    /// them, one command buffer, waited for.
-    pub fn runProbe(backend: *Backend, pipeline: usize, buffers: []const Memory, parameter: anytype, grid: shapes.Grid) Error!void {
+    /// them, one command buffer, waited for. Returns its GPU time in seconds.
+    pub fn runProbe(backend: *Backend, pipeline: usize, buffers: []const Memory, parameter: anytype, grid: shapes.Grid) Error!f64 {
         std.debug.assert(pipeline >= shapes.kernels.len and pipeline < shapes.pipeline_count);
         const runtime = backend.runtime;
         const pool = objc.Pool.push(runtime);
@@ -304,7 +303,7 @@ pub const Backend = struct {
         runtime.send(.setComputePipelineState_, encoder, .{backend.pipelines[pipeline]});
         runtime.send(.dispatchThreadgroups_threadsPerThreadgroup_, encoder, .{ grid.groups, grid.threads });
         runtime.send(.endEncoding, encoder, .{});
-        try backend.run(command_buffer);
+        return backend.run(command_buffer);
     }
 };
 

@@ -23,7 +23,7 @@ fn runNumericsProbe(backend: *Backend, a: []const f32, b: []const f32, c: []cons
     }
     defer for (memories) |m| backend.free(m);
     const values: u32 = @intCast(a.len);
-    try backend.runProbe(shapes.probe_numerics, &memories, &values, shapes.grid1(values / shapes.simd_width, shapes.simd_width));
+    _ = try backend.runProbe(shapes.probe_numerics, &memories, &values, shapes.grid1(values / shapes.simd_width, shapes.simd_width));
     try backend.copyOut(memories[3], 0, std.mem.sliceAsBytes(out));
 }
 
