@@ -132,9 +132,9 @@ pub const Backend = struct {
                 return fail(error.Backend, "no Metal pipeline for {s}: {s}", .{ kernel_name, runtime.errorText(pipeline_error) });
             const width = runtime.send(.threadExecutionWidth, pipeline, .{});
             const max_threads = runtime.send(.maxTotalThreadsPerThreadgroup, pipeline, .{});
-            if (width != shapes.simd_width or max_threads < shapes.threads_max) {
+            if (width != shapes.simd_width or max_threads < shapes.pipeline_threads[i]) {
                 runtime.release(pipeline);
-                return fail(error.Unsupported, "Metal pipeline {s} runs {d}-wide simdgroups and at most {d} threads per threadgroup; the kernels need {d} and {d}", .{ kernel_name, width, max_threads, shapes.simd_width, shapes.threads_max });
+                return fail(error.Unsupported, "Metal pipeline {s} runs {d}-wide simdgroups and at most {d} threads per threadgroup; it needs {d} and {d}", .{ kernel_name, width, max_threads, shapes.simd_width, shapes.pipeline_threads[i] });
             }
             backend.pipelines[i] = pipeline;
             created += 1;

@@ -17,8 +17,8 @@ pub const matvec_simdgroups = 4;
 pub const matvec_vocab_rows_per_simdgroup = 4;
 /// Threads per threadgroup of the elementwise kernels.
 pub const elementwise_threads = 256;
-/// The most threads any pipeline is dispatched with.
-pub const threads_max = @max(matvec_simdgroups * simd_width, elementwise_threads);
+/// Threadgroups of an elementwise dispatch at most: its kernel strides over the rest.
+pub const elementwise_groups_max = 16384;
 
 /// The head's kernels: the fixed ones, then one matvec per admitted head type.
 pub const kernels: []const Kernel = blk: {
@@ -48,6 +48,20 @@ pub const pipeline_names: [pipeline_count][:0]const u8 = blk: {
     break :blk names;
 };
 
+/// Threads per threadgroup each pipeline is dispatched with: a pipeline whose device limit
+/// (maxTotalThreadsPerThreadgroup) is lower cannot run.
+pub const pipeline_threads: [pipeline_count]usize = blk: {
+    var threads: [pipeline_count]usize = undefined;
+    for (kernels, 0..) |k, i| threads[i] = switch (k) {
+        .rms_norm, .count_non_finite => simd_width,
+        .softcap => elementwise_threads,
+        .matvec => matvec_simdgroups * simd_width,
+    };
+    threads[probe_read] = elementwise_threads;
+    threads[probe_numerics] = simd_width;
+    break :blk threads;
+};
+
 pub fn pipelineIndex(kernel: Kernel) usize {
     for (kernels, 0..) |k, i| if (std.meta.eql(k, kernel)) return i;
     unreachable; // every command's kernel is in the list (admission rejects the rest)
@@ -61,7 +75,7 @@ pub fn grid1(groups: u64, threads: usize) Grid {
 
 /// The read probe: a fixed grid whose threads stride over the buffer in 16-byte loads.
 pub const probe_read_groups = 1024;
-pub const probe_read_grid = grid1(probe_read_groups, elementwise_threads);
+pub const probe_read_grid = grid1(probe_read_groups, pipeline_threads[probe_read]);
 
 pub const Dispatch = struct { pipeline: usize, grid: Grid };
 
@@ -69,16 +83,21 @@ pub const Dispatch = struct { pipeline: usize, grid: Grid };
 /// declare them: the parameter struct at index 0, the buffers at 1.. in `Command.buffers`
 /// order. Every kernel strides over its work, so the grid is tuning, never a result.
 pub fn dispatch(command: Command) Dispatch {
-    return switch (command) {
+    const pipeline = switch (command) {
         .barrier => unreachable,
-        .rms_norm => |c| .{ .pipeline = pipelineIndex(.rms_norm), .grid = grid1(c.params.rows, simd_width) },
-        .count_non_finite => |c| .{ .pipeline = pipelineIndex(.count_non_finite), .grid = grid1(c.params.rows, simd_width) },
-        .softcap => |c| .{ .pipeline = pipelineIndex(.softcap), .grid = grid1(std.math.divCeil(u64, c.params.values, elementwise_threads) catch unreachable, elementwise_threads) },
-        .matvec => |c| .{
-            .pipeline = pipelineIndex(.{ .matvec = std.enums.fromInt(formats.Type, c.params.type_id).? }),
-            .grid = grid1(std.math.divCeil(u64, c.params.vocab, matvec_simdgroups * matvec_vocab_rows_per_simdgroup) catch unreachable, matvec_simdgroups * simd_width),
-        },
+        .rms_norm => pipelineIndex(.rms_norm),
+        .count_non_finite => pipelineIndex(.count_non_finite),
+        .softcap => pipelineIndex(.softcap),
+        .matvec => |c| pipelineIndex(.{ .matvec = std.enums.fromInt(formats.Type, c.params.type_id).? }),
     };
+    const groups: u64 = switch (command) {
+        .barrier => unreachable,
+        .rms_norm => |c| c.params.rows,
+        .count_non_finite => |c| c.params.rows,
+        .softcap => |c| @min(std.math.divCeil(u64, c.params.values, elementwise_threads) catch unreachable, elementwise_groups_max),
+        .matvec => |c| std.math.divCeil(u64, c.params.vocab, matvec_simdgroups * matvec_vocab_rows_per_simdgroup) catch unreachable,
+    };
+    return .{ .pipeline = pipeline, .grid = grid1(groups, pipeline_threads[pipeline]) };
 }
 
 test "every head type has a matvec pipeline with its registry name" {

@@ -237,7 +237,7 @@ test "metal on the fake runtime: a device that cannot run the kernels is refused
     try expectOpenFails(.{ .has_device = false }, .unsupported, "no Metal device");
     try expectOpenFails(.{ .apple7 = false }, .unsupported, "Apple7");
     try expectOpenFails(.{ .simd_width = 64 }, .unsupported, "64-wide simdgroups");
-    try expectOpenFails(.{ .max_threads = 64 }, .unsupported, "at most 64 threads");
+    try expectOpenFails(.{ .max_threads = 64 }, .unsupported, "at most 64 threads per threadgroup; it needs 32 and 256");
     try expectOpenFails(.{ .compile_error = "program_source:12:3: error: use of undeclared identifier 'x'" }, .backend, "did not compile: program_source:12:3: error: use of undeclared identifier 'x'");
 }
 
