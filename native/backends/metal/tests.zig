@@ -202,7 +202,7 @@ test "metal on the fake runtime: a head returns the CPU's bytes, for every head 
     }
 }
 
-test "metal on the fake runtime: the tracker's barriers are the encoder's, at the same points" {
+test "metal on the fake runtime: the tracker's barriers are the encoder's, at the same points, and each grid is the kernel's" {
     const head: Head = .{ .type = .q4_0, .rows = 2, .hidden = 256, .vocab = 24 };
     const inputs = try Inputs.init(head, 1, 0);
     defer inputs.deinit();
@@ -211,11 +211,25 @@ test "metal on the fake runtime: the tracker's barriers are the encoder's, at th
     defer fake.reset();
     try runHeadOk(metal_kind, head, inputs, &out);
     const events = fake.state.committed.items;
-    const want = [_][]const u8{ "rms_norm_f32", "|", "matvec_Q4_0_f32", "|", "softcap_f32", "|", "count_non_finite_f32" };
+    // Kernel, then threadgroups × threads: a simdgroup per row for the norm and the count,
+    // 4 simdgroups of 4 vocab rows each per matvec group, 256-thread softcap groups.
+    const Want = struct { kernel: []const u8, groups: usize = 0, threads: usize = 0 };
+    const want = [_]Want{
+        .{ .kernel = "rms_norm_f32", .groups = 2, .threads = 32 },
+        .{ .kernel = "|" },
+        .{ .kernel = "matvec_Q4_0_f32", .groups = 2, .threads = 128 },
+        .{ .kernel = "|" },
+        .{ .kernel = "softcap_f32", .groups = 1, .threads = 256 },
+        .{ .kernel = "|" },
+        .{ .kernel = "count_non_finite_f32", .groups = 2, .threads = 32 },
+    };
     try std.testing.expectEqual(want.len, events.len);
     for (want, events) |w, e| switch (e) {
-        .barrier => try std.testing.expectEqualStrings("|", w),
-        .dispatch => |d| try std.testing.expectEqualStrings(w, d.kernel),
+        .barrier => try std.testing.expectEqualStrings("|", w.kernel),
+        .dispatch => |d| {
+            try std.testing.expectEqualStrings(w.kernel, d.kernel);
+            try std.testing.expectEqual([2]usize{ w.groups, w.threads }, [2]usize{ d.groups.width, d.threads.width });
+        },
     };
     try expectBalanced();
 }
