@@ -148,10 +148,15 @@ fn object(id: Id) *Object {
     return @ptrCast(@alignCast(id));
 }
 
-/// The receiver of a message: alive and of the expected kind, else a violation.
+/// The receiver of a message, which is logged: alive and of the expected kind, else a violation.
 fn receiver(id: Id, kind: Kind, message: objc.Message) *Object {
-    const o = object(id);
     state.log.append(allocator(), message) catch {};
+    return argument(id, kind, message);
+}
+
+/// An object passed to a message: alive and of the expected kind, else a violation.
+fn argument(id: Id, kind: Kind, message: objc.Message) *Object {
+    const o = object(id);
     if (o.kind != kind) violation("{s} sent to a {s}, expected a {s}", .{ @tagName(message), @tagName(o.kind), @tagName(kind) });
     if (o.kind != .class and o.refs <= 0) violation("{s} sent to a released {s}", .{ @tagName(message), @tagName(o.kind) });
     return o;
@@ -270,8 +275,8 @@ fn newCommandQueue(self: Id, _: Sel) callconv(.c) ?Id {
 
 fn newLibraryWithSource(self: Id, _: Sel, source: Id, options: Id, failure: *?Id) callconv(.c) ?Id {
     _ = receiver(self, .device, .newLibraryWithSource_options_error_);
-    const s = receiver(source, .string, .newLibraryWithSource_options_error_);
-    const o = receiver(options, .options, .newLibraryWithSource_options_error_);
+    const s = argument(source, .string, .newLibraryWithSource_options_error_);
+    const o = argument(options, .options, .newLibraryWithSource_options_error_);
     state.compiled_safe = o.math_mode_safe or o.fast_math_off;
     if (state.config.compile_error) |log| {
         failure.* = autoreleased(.failure, .{ .kind = .failure, .text = log });
@@ -282,7 +287,7 @@ fn newLibraryWithSource(self: Id, _: Sel, source: Id, options: Id, failure: *?Id
 
 fn newComputePipelineState(self: Id, _: Sel, function: Id, failure: *?Id) callconv(.c) ?Id {
     _ = receiver(self, .device, .newComputePipelineStateWithFunction_error_);
-    const f = receiver(function, .function, .newComputePipelineStateWithFunction_error_);
+    const f = argument(function, .function, .newComputePipelineStateWithFunction_error_);
     _ = failure;
     return create(.pipeline, .{ .kind = .pipeline, .text = f.text });
 }
@@ -327,7 +332,7 @@ fn setFastMathEnabled(self: Id, _: Sel, enabled: u32) callconv(.c) void {
 /// built from the same kernel source and entry list, has it.
 fn newFunctionWithName(self: Id, _: Sel, name: Id) callconv(.c) ?Id {
     const library = receiver(self, .library, .newFunctionWithName_);
-    const n = receiver(name, .string, .newFunctionWithName_);
+    const n = argument(name, .string, .newFunctionWithName_);
     const declaration = std.fmt.allocPrint(allocator(), "kernel void {s}(", .{n.text}) catch return null;
     const declared = std.mem.indexOf(u8, library.source, declaration) != null;
     if (!declared and std.meta.isError(emulator.default.kernel(n.text))) return null;
@@ -415,12 +420,12 @@ fn encoderOf(self: Id, message: objc.Message) *Object {
 
 fn setComputePipelineState(self: Id, _: Sel, pipeline: Id) callconv(.c) void {
     const e = encoderOf(self, .setComputePipelineState_);
-    e.pending.kernel = receiver(pipeline, .pipeline, .setComputePipelineState_).text;
+    e.pending.kernel = argument(pipeline, .pipeline, .setComputePipelineState_).text;
 }
 
 fn setBuffer(self: Id, _: Sel, buffer: Id, offset_bytes: usize, index: usize) callconv(.c) void {
     const e = encoderOf(self, .setBuffer_offset_atIndex_);
-    const b = receiver(buffer, .buffer, .setBuffer_offset_atIndex_);
+    const b = argument(buffer, .buffer, .setBuffer_offset_atIndex_);
     if (index >= max_bindings or offset_bytes > b.memory.len) return violation("buffer bound at index {d}, offset {d} of {d} bytes", .{ index, offset_bytes, b.memory.len });
     e.pending.buffers[index] = .{ .bytes = b.memory[offset_bytes..], .offset_bytes = offset_bytes };
 }

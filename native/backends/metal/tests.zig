@@ -29,6 +29,7 @@ const params = @import("../../kernels/params.zig");
 const emulator = @import("../../kernels/emulator.zig");
 const Status = @import("../../core/status.zig").Status;
 const fake = @import("fake.zig");
+const objc = @import("objc.zig");
 
 const metal_kind = 1;
 const cpu_kind = 0;
@@ -261,13 +262,17 @@ test "metal without the fake on Linux: unsupported, with the reason" {
     try std.testing.expect(std.mem.indexOf(u8, lastError(), "Metal needs macOS") != null);
 }
 
-test "metal on the fake runtime: the device compiles in safe math, with or without setMathMode:" {
+test "metal on the fake runtime: the device opens in order and compiles in safe math, with or without setMathMode:" {
     for ([_]bool{ true, false }) |has_math_mode| {
         install(.{ .has_math_mode = has_math_mode });
         defer fake.reset();
         var device: u64 = 0;
         try ok(abi.lmh_device_open(metal_kind, &device));
         try std.testing.expect(fake.state.compiled_safe);
+        // The device, then the options (safe math, by what they respond to), then the compile.
+        const safe_math: objc.Message = if (has_math_mode) .setMathMode_ else .setFastMathEnabled_;
+        const opening = [_]objc.Message{ .maxBufferLength, .name, .UTF8String, .supportsFamily_, .newCommandQueue, .alloc, .init, .respondsToSelector_, safe_math, .stringWithCString_encoding_, .newLibraryWithSource_options_error_, .release };
+        try std.testing.expectEqualSlices(objc.Message, &opening, fake.state.log.items[0..opening.len]);
         var info: [3]u32 = undefined;
         var text: [128]u8 = undefined;
         var len: u64 = 0;
