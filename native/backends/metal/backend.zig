@@ -287,6 +287,21 @@ pub const Backend = struct {
         return .{ per_second, per_second };
     }
 
+    /// f32 fmas per second of the whole GPU: the median of `passes` probe runs, each timed
+    /// by the GPU's own start and end times.
+    pub fn fmaRate(backend: *Backend, passes: u32) Error!f64 {
+        std.debug.assert(passes >= 1 and passes <= contract.max_probe_passes);
+        const sink = try backend.alloc(1024 * 4);
+        defer backend.free(sink);
+        var seconds: [contract.max_probe_passes]f64 = undefined;
+        for (0..passes + 1) |pass| {
+            const gpu_seconds = try backend.runProbe(shapes.probe_fma, &.{sink}, &@as(u32, shapes.probe_fma_rounds), shapes.probe_fma_grid);
+            if (pass > 0) seconds[pass - 1] = gpu_seconds; // pass 0 warms up
+        }
+        std.mem.sort(f64, seconds[0..passes], {}, std.sort.asc(f64));
+        return @as(f64, @floatFromInt(shapes.probe_fma_count)) / @max(seconds[passes / 2], 1e-9);
+    }
+
     /// Runs one of the backend's probe kernels: `buffers` bound at 0.., `parameter` after
     /// them, one command buffer, waited for. Returns its GPU time in seconds.
     pub fn runProbe(backend: *Backend, pipeline: usize, buffers: []const Memory, parameter: anytype, grid: shapes.Grid) Error!f64 {

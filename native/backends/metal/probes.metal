@@ -1,6 +1,6 @@
 #pragma METAL fp contract(off)
-// The Metal backend's own kernels, compiled after the head's kernel source: a read
-// bandwidth probe (the machine's reference for the head's floor) and a probe of the
+// The Metal backend's own kernels, compiled after the head's kernel source: read bandwidth
+// and fma rate probes (the machine's references for the head's floors) and a probe of the
 // assumptions docs/NUMERICS.md makes about Apple GPUs, run only on a Mac by the tests.
 
 // Reads `words` 16-byte words, grid-strided so neighbouring threads read neighbouring
@@ -19,6 +19,29 @@ kernel void lmh_probe_read(device const uint4 *data [[buffer(0)]],
   uint folded = acc.x ^ acc.y ^ acc.z ^ acc.w;
   if (folded == 0xFFFFFFFFu) {
     sink[group] = folded;
+  }
+}
+
+// The fma rate: `rounds` rounds of 8 independent chains of dependent fmas per thread, as
+// the matvec's accumulators are. The store depends on every chain and never happens.
+kernel void lmh_probe_fma(device float *sink [[buffer(0)]],
+                          constant uint &rounds [[buffer(1)]],
+                          uint thread_index [[thread_position_in_grid]]) {
+  float acc[8];
+  for (uint i = 0; i < 8u; i++) {
+    acc[i] = float(i + thread_index);
+  }
+  for (uint r = 0; r < rounds; r++) {
+    for (uint i = 0; i < 8u; i++) {
+      acc[i] = fma(acc[i], 0.999f, 0.001f);
+    }
+  }
+  float sum = 0.0f;
+  for (uint i = 0; i < 8u; i++) {
+    sum = sum + acc[i];
+  }
+  if (sum == -1.0f) {
+    sink[thread_index & 1023u] = sum;
   }
 }
 

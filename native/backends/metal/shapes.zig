@@ -29,10 +29,12 @@ pub const kernels: []const Kernel = blk: {
     break :blk list;
 };
 
-/// The backend's own kernels after the head's: the bandwidth probe and the Mac-only probes.
-pub const probe_names = [_][:0]const u8{ "lmh_probe_read", "lmh_probe_numerics" };
+/// The backend's own kernels after the head's: the bandwidth and fma-rate probes and the
+/// Mac-only numerics probe.
+pub const probe_names = [_][:0]const u8{ "lmh_probe_read", "lmh_probe_fma", "lmh_probe_numerics" };
 pub const probe_read = kernels.len;
-pub const probe_numerics = kernels.len + 1;
+pub const probe_fma = kernels.len + 1;
+pub const probe_numerics = kernels.len + 2;
 pub const pipeline_count = kernels.len + probe_names.len;
 
 /// Every pipeline's entry-point name, by pipeline index.
@@ -58,6 +60,7 @@ pub const pipeline_threads: [pipeline_count]usize = blk: {
         .matvec => matvec_simdgroups * simd_width,
     };
     threads[probe_read] = elementwise_threads;
+    threads[probe_fma] = elementwise_threads;
     threads[probe_numerics] = simd_width;
     break :blk threads;
 };
@@ -76,6 +79,11 @@ pub fn grid1(groups: u64, threads: usize) Grid {
 /// The read probe: a fixed grid whose threads stride over the buffer in 16-byte loads.
 pub const probe_read_groups = 1024;
 pub const probe_read_grid = grid1(probe_read_groups, pipeline_threads[probe_read]);
+
+/// The fma probe: enough threads to fill any Apple GPU, each 8 chains of `probe_fma_rounds`.
+pub const probe_fma_grid = grid1(1024, pipeline_threads[probe_fma]);
+pub const probe_fma_rounds = 4096;
+pub const probe_fma_count: u64 = 1024 * pipeline_threads[probe_fma] * probe_fma_rounds * 8;
 
 pub const Dispatch = struct { pipeline: usize, grid: Grid };
 

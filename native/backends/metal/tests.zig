@@ -11,6 +11,7 @@ const abi = struct {
     extern fn lmh_device_close(device: u64) i32;
     extern fn lmh_device_info(device: u64, info_out: ?*[3]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32;
     extern fn lmh_device_read_bandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_out: ?*[2]f64) i32;
+    extern fn lmh_device_fma_rate(device: u64, passes: u32, fmas_per_second_out: ?*f64) i32;
     extern fn lmh_buffer_alloc(device: u64, bytes: u64, handle_out: ?*u64) i32;
     extern fn lmh_buffer_wrap(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) i32;
     extern fn lmh_buffer_view(buffer: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32;
@@ -315,12 +316,12 @@ test "metal on the fake runtime: a tensor larger than the views of its mapping i
     try expectBalanced();
 }
 
-test "metal on the fake runtime: the GPU's read bandwidth is its bytes over GPU time" {
+test "metal on the fake runtime: the GPU's read bandwidth and fma rate are their work over GPU time" {
     install(.{});
     defer fake.reset();
     fake.executor = struct {
         fn run(d: *const fake.Dispatch) anyerror!void {
-            if (!std.mem.eql(u8, d.kernel, "lmh_probe_read")) return error.NotTheReadProbe;
+            if (!std.mem.startsWith(u8, d.kernel, "lmh_probe_")) return error.NotAProbe;
         }
     }.run;
     var device: u64 = 0;
@@ -329,6 +330,9 @@ test "metal on the fake runtime: the GPU's read bandwidth is its bytes over GPU 
     try ok(abi.lmh_device_read_bandwidth(device, 1 << 24, 3, &per_second));
     // The fake's command buffers take 0.25 s of GPU time.
     try std.testing.expectEqual([2]f64{ 4 * (1 << 24), 4 * (1 << 24) }, per_second);
+    var fmas_per_second: f64 = 0;
+    try ok(abi.lmh_device_fma_rate(device, 3, &fmas_per_second));
+    try std.testing.expectEqual(4 * @as(f64, 1024 * 256 * 4096 * 8), fmas_per_second);
     try ok(abi.lmh_device_close(device));
     try expectBalanced();
 }
