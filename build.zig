@@ -15,14 +15,7 @@ pub fn build(b: *std.Build) void {
     // IEEE semantics: no float contraction or reassociation without @setFloatMode.)
     const optimize = b.option(std.builtin.OptimizeMode, "optimize", "Optimization mode (default ReleaseFast)") orelse .fast;
 
-    const root = b.createModule(.{
-        .root_source_file = b.path("native/root.zig"),
-        .target = target,
-        .optimize = optimize,
-        .link_libc = true,
-    });
-    addCpuLevels(b, root, target, optimize);
-    const lib = b.addLibrary(.{ .name = "lmhead", .linkage = .dynamic, .root_module = root });
+    const lib = library(b, target, optimize);
     b.installArtifact(lib);
 
     const test_module = b.createModule(.{
@@ -38,13 +31,15 @@ pub fn build(b: *std.Build) void {
     addLevelNames(b, test_module, &.{"target"});
     // Fixture of native/numerics/formats.zig (gguf-py dequantization, see scripts/make_format_fixtures.py).
     test_module.addAnonymousImport("formats_fixture", .{ .root_source_file = b.path("test/fixtures/formats.bin") });
-    // The Metal kernel sources live in metal/, outside the modules' folder: named imports
-    // let native/kernels/sources.zig embed them.
-    for ([_]*std.Build.Module{ root, test_module }) |module| {
-        module.addAnonymousImport("metal_prelude", .{ .root_source_file = b.path("metal/prelude.metal") });
-        module.addAnonymousImport("metal_entries", .{ .root_source_file = b.path("metal/entries.metal") });
-    }
+    addMetalSources(b, test_module);
     addEmulator(b, test_module);
+    // Apple's Objective-C messages and classes, from metal-cpp (see scripts/make_metal_selectors.py).
+    test_module.addAnonymousImport("metal_selectors_fixture", .{ .root_source_file = b.path("test/fixtures/metal_selectors.txt") });
+    // The library for Apple silicon, cross-built with no SDK: the tests read its Mach-O load
+    // commands and exports (native/backends/metal/macho_test.zig). ./lmhead test installs
+    // the same build, from the cache.
+    const macos = library(b, b.resolveTargetQuery(.{ .cpu_arch = .aarch64, .os_tag = .macos }), optimize);
+    test_module.addAnonymousImport("macos_dylib", .{ .root_source_file = macos.getEmittedBin() });
     const tests = b.addTest(.{ .root_module = test_module });
     const run_tests = b.addRunArtifact(tests);
     const test_step = b.step("test", "Run the Zig unit tests");
@@ -65,6 +60,26 @@ pub fn build(b: *std.Build) void {
     gpu_module.addAnonymousImport("metal_entries", .{ .root_source_file = b.path("metal/entries.metal") });
     const gpu_check = b.addExecutable(.{ .name = "lmhead-gpu-check", .root_module = gpu_module });
     b.step("gpu-check", "Build the GPU test and bench driver").dependOn(&b.addInstallArtifact(gpu_check, .{}).step);
+}
+
+/// liblmhead for `target`: the C ABI, the CPU kernels at each CPU level, the Metal source.
+fn library(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.builtin.OptimizeMode) *std.Build.Step.Compile {
+    const module = b.createModule(.{
+        .root_source_file = b.path("native/root.zig"),
+        .target = target,
+        .optimize = optimize,
+        .link_libc = true,
+    });
+    addCpuLevels(b, module, target, optimize);
+    addMetalSources(b, module);
+    return b.addLibrary(.{ .name = "lmhead", .linkage = .dynamic, .root_module = module });
+}
+
+/// The Metal kernel sources live in metal/, outside the modules' folder: named imports
+/// let native/kernels/sources.zig embed them.
+fn addMetalSources(b: *std.Build, module: *std.Build.Module) void {
+    module.addAnonymousImport("metal_prelude", .{ .root_source_file = b.path("metal/prelude.metal") });
+    module.addAnonymousImport("metal_entries", .{ .root_source_file = b.path("metal/entries.metal") });
 }
 
 /// The host emulator of the GPU kernel source (native/kernels/host/emulator.c), twice: with

@@ -9,4 +9,10 @@ test {
     _ = @import("kernels/lint.zig");
     _ = @import("kernels/emulator.zig");
     _ = @import("kernels/parity_test.zig");
+    _ = @import("backends/metal/objc.zig");
+    _ = @import("backends/metal/shapes.zig");
+    _ = @import("backends/metal/backend.zig");
+    _ = @import("backends/metal/tests.zig");
+    _ = @import("backends/metal/macho_test.zig");
+    _ = @import("backends/metal/mac_test.zig");
 }

@@ -5,7 +5,7 @@
  */
 import { dlopen, suffix, FFIType } from "bun:ffi";
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { LmheadError, statusCodes } from "./errors.ts";
 
 const { u32, u64, i32, f32, ptr, void: none } = FFIType;
@@ -50,15 +50,29 @@ const symbols = {
 
 const abiVersion = 1;
 
-/** LMHEAD_LIB overrides the path; otherwise the library `zig build` installed. */
+/** The package that carries this platform's prebuilt library, e.g. @lmhead/darwin-arm64. */
+export const platformPackage = `@lmhead/${process.platform}-${process.arch}`;
+
+/**
+ * Where the library comes from: LMHEAD_LIB (a custom build), else the installed platform
+ * package's prebuilt library, else a development checkout's `zig build` output.
+ */
 export function libraryPath(): string {
   const fromEnv = process.env.LMHEAD_LIB;
   if (fromEnv) return fromEnv;
-  const path = join(import.meta.dir, "..", "zig-out", "lib", `liblmhead.${suffix}`);
-  if (!existsSync(path)) {
-    throw new LmheadError("library", `native library not found at ${path}: run ./lmhead (it builds it) or zig build`);
+  const file = `liblmhead.${suffix}`;
+  let prebuilt: string | undefined;
+  try {
+    prebuilt = join(dirname(Bun.resolveSync(`${platformPackage}/package.json`, import.meta.dir)), file);
+  } catch {
+    // Not installed: a development checkout, or a platform without a prebuilt package.
   }
-  return path;
+  if (prebuilt !== undefined) return prebuilt;
+  const built = join(import.meta.dir, "..", "zig-out", "lib", file);
+  if (!existsSync(built)) {
+    throw new LmheadError("library", `native library not found: ${platformPackage} is not installed and there is no build at ${built} (in a checkout, run ./lmhead, which builds it; elsewhere set LMHEAD_LIB)`);
+  }
+  return built;
 }
 
 export const lib = dlopen(libraryPath(), symbols).symbols;

@@ -14,6 +14,7 @@ pub const Kind = contract.Kind;
 /// The backends built into this library, each by its kind's name.
 const Backends = struct {
     pub const cpu = @import("../backends/cpu/backend.zig").Backend;
+    pub const metal = @import("../backends/metal/backend.zig").Backend;
     pub const cuda = @import("../backends/cuda/backend.zig").Backend;
 };
 
@@ -31,8 +32,8 @@ pub const Device = struct {
     registry: Registry = .{},
     refs: std.atomic.Value(u32) = .init(1),
 
-    pub const Backend = union(enum) { cpu: *Backends.cpu, cuda: *Backends.cuda };
-    pub const Memory = union(enum) { cpu: Backends.cpu.Memory, cuda: Backends.cuda.Memory };
+    pub const Backend = union(enum) { cpu: *Backends.cpu, metal: *Backends.metal, cuda: *Backends.cuda };
+    pub const Memory = union(enum) { cpu: Backends.cpu.Memory, metal: Backends.metal.Memory, cuda: Backends.cuda.Memory };
 
     pub fn open(kind: Kind) Error!*Device {
         const backend: Backend = switch (kind) {

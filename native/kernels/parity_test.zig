@@ -28,12 +28,12 @@ const abi = struct {
     extern fn lmh_last_error(dst: ?[*]u8, capacity: u64) u64;
 };
 
-const batch_sizes = [_]u32{ 1, 2, 3, 5, 8, 9, 17, 33 };
-const pool_rows = 33;
+pub const batch_sizes = [_]u32{ 1, 2, 3, 5, 8, 9, 17, 33 };
+pub const pool_rows = 33;
 const vocab = 37; // no multiple of either tuning's vocab rows per simdgroup
 
 /// One head and a pool of hidden rows that batches are drawn from.
-const Case = struct {
+pub const Case = struct {
     type: formats.Type,
     hidden: u32,
     eps: f32,
@@ -42,14 +42,14 @@ const Case = struct {
     norm: []f32,
     pool: []f32,
 
-    fn deinit(case: Case, allocator: std.mem.Allocator) void {
+    pub fn deinit(case: Case, allocator: std.mem.Allocator) void {
         allocator.free(case.weights);
         allocator.free(case.norm);
         allocator.free(case.pool);
     }
 
     /// Rows `order` of the pool, in that order.
-    fn batch(case: *const Case, allocator: std.mem.Allocator, order: []const u32) ![]f32 {
+    pub fn batch(case: *const Case, allocator: std.mem.Allocator, order: []const u32) ![]f32 {
         const x = try allocator.alloc(f32, order.len * case.hidden);
         for (order, 0..) |row, slot| @memcpy(x[slot * case.hidden ..][0..case.hidden], case.pool[row * case.hidden ..][0..case.hidden]);
         return x;
@@ -122,7 +122,7 @@ fn makeWeights(allocator: std.mem.Allocator, random: std.Random, t: formats.Type
     return weights;
 }
 
-fn makeCase(allocator: std.mem.Allocator, random: std.Random, t: formats.Type, eps: f32) !Case {
+pub fn makeCase(allocator: std.mem.Allocator, random: std.Random, t: formats.Type, eps: f32) !Case {
     const hidden: u32 = switch (formats.format(@intFromEnum(t)).?.block_values) {
         1 => 300, // a partial chunk, and a lane with 4 of its 8 values
         32 => 288, // a partial chunk of one block
@@ -146,7 +146,7 @@ fn makeCase(allocator: std.mem.Allocator, random: std.Random, t: formats.Type, e
 
 /// What a head call computes at each step: the norm's output, the raw logits, the
 /// softcapped logits and each row's count of non-finite values.
-const Outputs = struct {
+pub const Outputs = struct {
     y: []f32,
     logits: []f32,
     capped: []f32,
@@ -162,7 +162,7 @@ const Outputs = struct {
         return .{ .y = y, .logits = logits, .capped = capped, .counts = try allocator.alloc(u32, rows) };
     }
 
-    fn deinit(o: Outputs, allocator: std.mem.Allocator) void {
+    pub fn deinit(o: Outputs, allocator: std.mem.Allocator) void {
         allocator.free(o.y);
         allocator.free(o.logits);
         allocator.free(o.capped);
@@ -190,14 +190,18 @@ fn download(buffer: u64, into: []u8) !void {
     try check(abi.lmh_buffer_read(buffer, 0, into.ptr, into.len));
 }
 
-/// The head on the CPU backend, through the C ABI: norm and matvec in one session,
-/// softcap and the non-finite count in a second.
 fn runCpu(allocator: std.mem.Allocator, case: *const Case, x: []const f32) !Outputs {
+    return runDevice(0, allocator, case, x);
+}
+
+/// The head on a device of `kind` (0 = cpu, 1 = metal), through the C ABI: norm and
+/// matvec in one session, softcap and the non-finite count in a second.
+pub fn runDevice(kind: u32, allocator: std.mem.Allocator, case: *const Case, x: []const f32) !Outputs {
     const rows: u32 = @intCast(x.len / case.hidden);
     const out = try Outputs.init(allocator, case.hidden, rows);
     errdefer out.deinit(allocator);
     var device: u64 = 0;
-    try check(abi.lmh_device_open(0, &device));
+    try check(abi.lmh_device_open(kind, &device));
     defer _ = abi.lmh_device_close(device);
     const buffers: [6]u64 = .{
         try upload(device, std.mem.sliceAsBytes(x)),
@@ -271,7 +275,7 @@ fn expectSameValues(what: []const u8, expected: []const f32, actual: []const f32
 }
 
 /// Slot s of `actual` against row order[s] of `expected`, at every step.
-fn expectSameRows(what: []const u8, case: *const Case, expected: Outputs, actual: Outputs, order: []const u32) !void {
+pub fn expectSameRows(what: []const u8, case: *const Case, expected: Outputs, actual: Outputs, order: []const u32) !void {
     const h = case.hidden;
     for (order, 0..) |row, slot| {
         errdefer std.debug.print("{s}, {s}, slot {d} of {d} (pool row {d})\n", .{ what, @tagName(case.type), slot, order.len, row });
@@ -282,12 +286,12 @@ fn expectSameRows(what: []const u8, case: *const Case, expected: Outputs, actual
     }
 }
 
-fn identity(order: []u32) []u32 {
+pub fn identity(order: []u32) []u32 {
     for (order, 0..) |*o, i| o.* = @intCast(i);
     return order;
 }
 
-const eps_values = [_]f32{ 1e-6, 0, 1e-42, 1e-30 }; // 1e-42 is subnormal
+pub const eps_values = [_]f32{ 1e-6, 0, 1e-42, 1e-30 }; // 1e-42 is subnormal
 
 test "the emulated kernels equal the CPU backend for every head type, batch size and slot order" {
     const allocator = std.testing.allocator;
