@@ -97,3 +97,32 @@ test("forgotten devices share one thread pool and are reclaimed by the collector
   const { extra } = JSON.parse(stdout.trim());
   expect(extra).toBeLessThan(16);
 });
+
+test("Workers that open devices and end without closing them leave the process able to open more", async () => {
+  // Each Worker's device handle is lost when the Worker ends (no collector runs there). Devices
+  // are cheap (CPU devices share the process's one pool) and the table holds 1024, so 100
+  // such Workers cost no thread and leave room.
+  const script = `
+    import { MlxDevice } from "./src/index.ts";
+    const threads = () => Number(/Threads:\\s+(\\d+)/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8"))[1]);
+    const keep = MlxDevice.open("cpu");
+    const before = threads();
+    for (let i = 0; i < 100; i++) {
+      const worker = new Worker(URL.createObjectURL(new Blob([\`
+        import { MlxDevice } from "${root}/src/index.ts";
+        MlxDevice.open("cpu");
+        postMessage("opened");
+      \`], { type: "application/typescript" })));
+      await new Promise((resolve) => (worker.onmessage = resolve));
+      worker.terminate();
+    }
+    await Bun.sleep(50);
+    const after = threads();
+    const device = MlxDevice.open("cpu");
+    console.log(JSON.stringify({ extra: after - before, info: device.info, pool: keep.threads }));`;
+  const { code, stdout, stderr } = await child(script);
+  expect({ code, stderr: code === 0 ? "" : stderr }).toEqual({ code: 0, stderr: "" });
+  const { extra, info } = JSON.parse(stdout.trim());
+  expect(info).toStartWith("cpu:");
+  expect(extra).toBeLessThan(16); // a pool per device would leave 100 threads behind
+});
