@@ -202,8 +202,20 @@ pub fn tanh(comptime V: type, x: V) V {
     const ab = b & uconst(V, 0x7FFFFFFF);
     const sign = b & uconst(V, 0x80000000);
     const a = fromBits(V, ab); // |x|
+    const t_poly = tanhPoly(V, a);
+    const t_exp = tanhExp(V, a);
 
-    // --- |x| < 0.5625: tanh(a) = a + a * (z * P(z)), z = a^2.
+    // --- Select by |x| (integer comparisons), then restore the sign.
+    var mag = toBits(V, sel(V, ab < uconst(V, TH_POLY_LIMIT), t_poly, t_exp));
+    mag = sel(U, ab < uconst(V, TH_TINY), ab, mag);
+    mag = sel(U, ab >= uconst(V, TH_SAT), uconst(V, TH_ONE), mag);
+    var r = mag | sign;
+    r = sel(U, ab > uconst(V, pos_inf), uconst(V, canonical_nan), r);
+    return fromBits(V, r);
+}
+
+/// tanh(a) for 0 <= a < 0.5625: a + a * (z * P(z)), z = a^2.
+inline fn tanhPoly(comptime V: type, a: V) V {
     const z = a * a;
     var p = fma(V, fconst(V, TH_P5), z, fconst(V, TH_P4));
     p = fma(V, p, z, fconst(V, TH_P3));
@@ -211,9 +223,11 @@ pub fn tanh(comptime V: type, x: V) V {
     p = fma(V, p, z, fconst(V, TH_P1));
     p = fma(V, p, z, fconst(V, TH_P0));
     const zp = z * p;
-    const t_poly = fma(V, a, zp, a);
+    return fma(V, a, zp, a);
+}
 
-    // --- 0.5625 <= |x| < 9.125: tanh(a) = 1 - 2 / (expm1(2a) + 2).
+/// tanh(a) for 0.5625 <= a < 9.125: 1 - 2 / (expm1(2a) + 2).
+inline fn tanhExp(comptime V: type, a: V) V {
     // y = 2a = k ln2 + rh + rl (Cody-Waite with fma, k integer, |rh| <= ln2/2 + tiny), then
     //   expm1(y) ~= (2^k - 1) + 2^k rh + 2^(k-1) r2 + 2^k (rh^3 Q(rh) + r2l/2) + rl (expm1(y) + 1)
     // with rh^2 = r2 + r2l exactly, summed into hi + lo by exact Fast2Sum steps.
@@ -264,16 +278,9 @@ pub fn tanh(comptime V: type, x: V) V {
     res = fma(V, -g0, dl, res);
     const w = fconst(V, TH_ONE) - g0;
     const wl = (fconst(V, TH_ONE) - w) - g0; // 1 - g0 = w + wl exactly
-    const t_exp = w + fma(V, -rc, res, wl);
-
-    // --- Select by |x| (integer comparisons), then restore the sign.
-    var mag = toBits(V, sel(V, ab < uconst(V, TH_POLY_LIMIT), t_poly, t_exp));
-    mag = sel(U, ab < uconst(V, TH_TINY), ab, mag);
-    mag = sel(U, ab >= uconst(V, TH_SAT), uconst(V, TH_ONE), mag);
-    var r = mag | sign;
-    r = sel(U, ab > uconst(V, pos_inf), uconst(V, canonical_nan), r);
-    return fromBits(V, r);
+    return w + fma(V, -rc, res, wl);
 }
+
 
 // ---------------------------------------------------------------------------------------
 // Tests. Bounds asserted here are the ones stated in docs/NUMERICS.md; the exhaustive
