@@ -224,7 +224,7 @@ export class GgmlHead implements Disposable {
 
   /**
    * @internal Made by GgmlPeer.head. Holding `bytes` keeps a JS-owned array from being
-   * collected while ggml reads it; memory it only views (an MlxBuffer's hostView) stays the
+   * collected while ggml reads it; memory it only views (an MlxBuffer's withHostBytes) stays the
    * caller's to keep alive.
    */
   constructor(
