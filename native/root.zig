@@ -201,6 +201,8 @@ fn bufferHostPtr(buffer: u64, address_out: ?*usize) Error!void {
     const b = try buffers.acquire(buffer);
     defer b.release();
     const bytes = b.hostBytes() orelse return fail(error.Unsupported, "{s} buffers are not host-visible", .{@tagName(b.device.kind)});
+    // Its pages are read-only: a host write through the address would end the process.
+    if (b.root().file != null) return fail(error.InvalidArgument, "buffer is a read-only view of a model file: read its bytes with lmh_buffer_read", .{});
     a.* = @intFromPtr(bytes.ptr);
 }
 

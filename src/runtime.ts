@@ -151,12 +151,17 @@ export class MlxBuffer implements Disposable {
   /** withHostBytes callbacks running: the buffer cannot be freed under them. */
   #lent = 0;
 
-  /** @internal Created by MlxDevice or MlxBuffer.view. `owner` keeps borrowed memory or a parent alive. */
+  /**
+   * @internal Created by MlxDevice, MlxBuffer.view or a model file. `owner` keeps borrowed
+   * memory or a parent alive; `readOnly` marks a buffer over a model file's read-only pages.
+   */
   constructor(
     readonly handle: bigint,
     readonly bytes: number,
     readonly device: MlxDevice,
     private readonly owner?: Uint8Array | MlxBuffer,
+    /** Over a model file's read-only pages: never written, and lent to the host as a copy. */
+    readonly readOnly = false,
   ) {
     release.register(this, () => lib.lmh_buffer_free(handle), this);
   }
@@ -165,7 +170,7 @@ export class MlxBuffer implements Disposable {
   view(offsetBytes: number, bytes: number): MlxBuffer {
     checkSize(bytes, "view size");
     checkOffset(offsetBytes);
-    return new MlxBuffer(handleOut((out) => lib.lmh_buffer_view(this.handle, offsetBytes, bytes, out), "view buffer"), bytes, this.device, this);
+    return new MlxBuffer(handleOut((out) => lib.lmh_buffer_view(this.handle, offsetBytes, bytes, out), "view buffer"), bytes, this.device, this, this.readOnly);
   }
 
   /** Copies all of `data` (a typed array or DataView) into the buffer at offsetBytes. */
@@ -183,7 +188,7 @@ export class MlxBuffer implements Disposable {
   }
 
   /** Copies `bytes` bytes from offsetBytes into a new array. */
-  read(offsetBytes = 0, bytes = this.bytes - offsetBytes): Uint8Array {
+  read(offsetBytes = 0, bytes = this.bytes - offsetBytes): Uint8Array<ArrayBuffer> {
     checkOffset(offsetBytes);
     checkOffset(bytes);
     // Checked here too, so that a bad size never becomes a huge host allocation.
@@ -206,9 +211,11 @@ export class MlxBuffer implements Disposable {
    * fn returns. The buffer cannot be freed during fn, and the bytes are detached when fn
    * returns, so a reference kept past it reads as empty, never as freed memory. Transferring
    * their ArrayBuffer out of fn is an error that leaves the buffer's memory allocated for good.
-   * Do not use them while a session that uses the buffer is unfinished.
+   * Do not use them while a session that uses the buffer is unfinished. A buffer over a model
+   * file (`readOnly`) lends a copy: its pages are read-only, and a write there would end the process.
    */
   withHostBytes<T>(fn: (bytes: Uint8Array<ArrayBuffer>) => T): T {
+    if (this.readOnly) return fn(this.read());
     const address = new BigUint64Array(1);
     check(lib.lmh_buffer_host_ptr(this.handle, address), "host pointer");
     const lent = toArrayBuffer(Number(address[0]), 0, this.bytes);

@@ -7,6 +7,7 @@ import { readGguf, tensorData } from "../src/artifact/gguf.ts";
 import { Rng, synthBlocks, synthF32 } from "../src/artifact/synth.ts";
 import { meta, writeGguf, type TensorSource } from "../src/artifact/writer.ts";
 import { MlxDevice, dequantize, formatInfo, knownTypeIds, loadModel } from "../src/index.ts";
+import { lastError, lib } from "../src/native.ts";
 import { bits, buildHead, randomF32, rng } from "./support.ts";
 
 const device = MlxDevice.open("cpu");
@@ -63,6 +64,17 @@ test("the head is a view into the mapped file: no copy of the weights", async ()
   });
   // The tied head and the embedding table are the same bytes: the embedding row decodes what the head holds.
   expect(bits(model.embedding.row(3))).toEqual(bits(dequantize(14, mapped.subarray(3 * 420, 4 * 420))));
+});
+
+test("a buffer over the read-only file lends a copy to the host, never its pages", async () => {
+  const written = writeHead("lend.gguf", 8, true, 6);
+  using model = await loadModel(device, written.path);
+  expect(model.weights.head.readOnly).toBe(true);
+  // A write through the lent bytes would fault on the read-only pages; it lands in a copy.
+  model.weights.head.withHostBytes((bytes) => bytes.fill(0xff));
+  model.weights.head.withHostBytes((bytes) => expect(Array.from(bytes)).toEqual(Array.from(written.head)));
+  expect(lib.lmh_buffer_host_ptr(model.weights.head.handle, new BigUint64Array(1))).not.toBe(0);
+  expect(lastError()).toContain("read-only view of a model file");
 });
 
 test("tied Q3_K is refused with a clear error naming the file", async () => {

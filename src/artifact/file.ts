@@ -79,7 +79,7 @@ export class MappedFile implements Disposable {
   wrap(device: MlxDevice, offset: number, bytes: number): MlxBuffer {
     this.#checkRange(offset, bytes);
     const handle = handleOut((out) => lib.lmh_buffer_wrap_file(device.handle, this.#open(), offset, bytes, out), `${this.path}: wrap`);
-    return new MlxBuffer(handle, bytes, device);
+    return new MlxBuffer(handle, bytes, device, undefined, true);
   }
 
   /** Drops this handle's reference: buffers and windows over the file keep the mapping until they go. */
