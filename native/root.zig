@@ -396,13 +396,24 @@ fn checkF32(buffer: *Buffer, comptime what: []const u8, bytes: u64) Error!void {
 
 /// Runs the session's commands in order, waits for them, and closes the session.
 export fn lmh_session_finish(session: u64) i32 {
-    return call(sessionFinish(session));
+    return call(sessionFinish(session, null));
 }
 
-fn sessionFinish(session: u64) Error!void {
+/// lmh_session_finish, and *device_ns_out = the device's own time for the work in ns (a
+/// GPU's start to end), or 2^64 - 1 where the device keeps none (the CPU: the wait is it).
+export fn lmh_session_finish_timed(session: u64, device_ns_out: ?*u64) i32 {
+    return call(sessionFinishTimed(session, device_ns_out));
+}
+
+fn sessionFinishTimed(session: u64, device_ns_out: ?*u64) Error!void {
+    try sessionFinish(session, try out(u64, device_ns_out));
+}
+
+fn sessionFinish(session: u64, device_ns_out: ?*u64) Error!void {
     const s = try sessions.remove(session);
     defer s.release();
-    try s.finish();
+    const device_ns = try s.finish();
+    if (device_ns_out) |o| o.* = device_ns orelse std.math.maxInt(u64);
 }
 
 /// Closes the session without running what it recorded.

@@ -205,7 +205,8 @@ export class MlxModelWeights {
       session.abort();
       throw e;
     }
-    hostPhases.time("headWait", () => session.finish());
+    const deviceNs = hostPhases.time("headWait", () => session.finish());
+    if (deviceNs !== null) hostPhases.add("headDevice", deviceNs);
 
     // The device counted each row's NaN and ±Inf logits; the host reads n words.
     const bad = hostPhases.time("headCheck", () => {

@@ -32,6 +32,7 @@ const symbols = {
   lmh_session_softcap: { args: [u64, u64, u64, f32], returns: i32 },
   lmh_session_count_non_finite: { args: [u64, u64, u64, u32, u32], returns: i32 },
   lmh_session_finish: { args: [u64], returns: i32 },
+  lmh_session_finish_timed: { args: [u64, ptr], returns: i32 },
   lmh_session_abort: { args: [u64], returns: i32 },
   lmh_counters: { args: [ptr], returns: i32 },
   lmh_limits: { args: [ptr], returns: i32 },

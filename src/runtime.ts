@@ -308,9 +308,15 @@ export class GraphSession implements Disposable {
     this.#keep(data, counts);
   }
 
-  /** Runs the recorded work and waits for it: the only host sync point. */
-  finish(): void {
-    this.#end(lib.lmh_session_finish(this.handle), "session finish");
+  /**
+   * Runs the recorded work and waits for it: the only host sync point. Returns the device's
+   * own time for the work in ns where it keeps one (a GPU's start to end), else null (the CPU,
+   * whose time is the wait itself).
+   */
+  finish(): number | null {
+    const deviceNs = new BigUint64Array(1);
+    this.#end(lib.lmh_session_finish_timed(this.handle, deviceNs), "session finish");
+    return deviceNs[0] === 2n ** 64n - 1n ? null : Number(deviceNs[0]);
   }
 
   /** Drops the recorded work. */

@@ -204,3 +204,15 @@ test("a CUDA device opens where the driver and NVRTC are, and otherwise says whi
     cuda.close();
   }
 });
+
+test("finish reports the device's own time where it keeps one; the CPU keeps none", () => {
+  using data = device.allocBuffer(4 * 4);
+  using counts = device.allocBuffer(4);
+  const session = GraphSession.begin(device);
+  session.countNonFinite(data, counts, 1, 4);
+  expect(session.finish()).toBeNull();
+  // A null output pointer is refused before anything runs, and the session stays open.
+  const open = GraphSession.begin(device);
+  expect(lib.lmh_session_finish_timed(open.handle, null)).not.toBe(0);
+  expect(open.finish()).toBeNull();
+});

@@ -16,9 +16,11 @@
 //!   `B.hostBytes(Memory) []u8` is the whole allocation; `copyIn`/`copyOut` work either way:
 //!   `B.copyIn(*B, Memory, offset_bytes, []const u8) Error!void`,
 //!   `B.copyOut(*B, Memory, offset_bytes, []u8) Error!void`.
-//! - `B.execute(*B, []const Command) Error!void`: runs a finished session's commands in
+//! - `B.execute(*B, []const Command) Error!?u64`: runs a finished session's commands in
 //!   order and waits. A `.barrier` command marks where the tracker found a conflict: a GPU
-//!   backend must make every earlier write visible to every later read there.
+//!   backend must make every earlier write visible to every later read there. Returns the
+//!   device's own time for the work in ns where it keeps one (a GPU's start and end times),
+//!   null where the host's wait is that time (the CPU).
 //! - `B.readBandwidth(*B, bytes, passes) Error![2]f64`: the machine's own reference for the
 //!   head's floor, bytes per second [with all threads, with one].
 //! - `B.fmaRate(*B, passes) Error!f64`: the other floor's reference, f32 fmas per second with
@@ -79,7 +81,7 @@ pub fn check(comptime B: type) void {
     expect(B, "address", fn (M) usize);
     expect(B, "copyIn", fn (*B, M, u64, []const u8) Error!void);
     expect(B, "copyOut", fn (*B, M, u64, []u8) Error!void);
-    expect(B, "execute", fn (*B, []const Command) Error!void);
+    expect(B, "execute", fn (*B, []const Command) Error!?u64);
     expect(B, "readBandwidth", fn (*B, u64, u32) Error![2]f64);
     expect(B, "fmaRate", fn (*B, u32) Error!f64);
     if (B.host_visible) expect(B, "hostBytes", fn (M) []u8);

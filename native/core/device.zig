@@ -128,10 +128,11 @@ pub const Device = struct {
         }
     }
 
-    pub fn execute(device: *Device, commands: []const Command) Error!void {
-        switch (device.backend) {
+    /// Runs the commands and waits; the device's own time for them in ns, where it keeps one.
+    pub fn execute(device: *Device, commands: []const Command) Error!?u64 {
+        return switch (device.backend) {
             inline else => |b| try b.execute(commands),
-        }
+        };
     }
 
     pub fn fmaRate(device: *Device, passes: u32) Error!f64 {

@@ -138,8 +138,9 @@ pub const Session = struct {
         session.commands.append(std.heap.c_allocator, command) catch return fail(error.OutOfMemory, "out of memory", .{});
     }
 
-    /// Runs every recorded command in order and waits. The session ends either way.
-    pub fn finish(session: *Session) Error!void {
+    /// Runs every recorded command in order and waits. The session ends either way. Returns
+    /// the device's own time for the work in ns, where it keeps one.
+    pub fn finish(session: *Session) Error!?u64 {
         try session.open();
         defer session.close();
         session.ended = true;
@@ -148,7 +149,7 @@ pub const Session = struct {
             var scratch: [Command.max_buffers]*Buffer = undefined;
             for (command.buffers(&scratch)) |b| try b.checkFile();
         }
-        try session.device.execute(session.commands.items);
+        return try session.device.execute(session.commands.items);
     }
 
     /// Ends the session without running what it recorded.

@@ -134,7 +134,7 @@ export interface DecodeJobSummary {
   slotTokensPerSec: number;
   headMs: { p50: number; p99: number; mean: number };
   /** Per step, ms: the host phases (hostPhases) plus the loop's own gather and the rest. */
-  phasesMsPerStep: { headWait: number; headReadback: number; headCheck: number; finalize: number; gather: number; other: number };
+  phasesMsPerStep: { headWait: number; headDevice: number | null; headReadback: number; headCheck: number; finalize: number; gather: number; other: number };
   /** Head bytes × calls / Σ head call time. */
   weightsGBs: number;
   bandwidth: BandwidthResult | null;
@@ -181,7 +181,7 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
   const st = report.stats;
   const calls = Math.max(1, st.calls);
   const perStep = (ns: number) => ns / 1e6 / calls;
-  const { headWait, headReadback, headCheck, finalize } = phases;
+  const { headWait, headDevice, headReadback, headCheck, finalize } = phases;
   const hostNs = headWait.totalNs + headReadback.totalNs + headCheck.totalNs + finalize.totalNs;
   const headBytes = weights.head.bytes;
   const weightsGBs = (headBytes * st.calls) / st.headNs;
@@ -236,6 +236,8 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
     headMs: { p50: st.headNsQuantiles.p50 / 1e6, p99: st.headNsQuantiles.p99 / 1e6, mean: st.headNs / 1e6 / calls },
     phasesMsPerStep: {
       headWait: perStep(headWait.totalNs),
+      // Inside headWait: the device's own time, where it keeps one (null on the CPU).
+      headDevice: headDevice.calls > 0 ? perStep(headDevice.totalNs) : null,
       headReadback: perStep(headReadback.totalNs),
       headCheck: perStep(headCheck.totalNs),
       finalize: perStep(finalize.totalNs),
@@ -265,7 +267,7 @@ export function formatDecodeSummary(s: DecodeJobSummary): string {
     ``,
     `slot-tokens/s      ${fixed(s.slotTokensPerSec, 2)}   (${s.slotTokens} slot-tokens in ${s.wallMs >= 1000 ? `${fixed(s.wallMs / 1000, 2)} s` : `${fixed(s.wallMs, 2)} ms`})`,
     `head ms/step       p50 ${fixed(s.headMs.p50, 2)}   p99 ${fixed(s.headMs.p99, 2)}   mean ${fixed(s.headMs.mean, 2)}`,
-    `host phases/step   head wait ${fixed(ph.headWait, 2)} ms (${pct(ph.headWait)})   readback ${fixed(ph.headReadback, 2)} ms (${pct(ph.headReadback)})   ` +
+    `host phases/step   head wait ${fixed(ph.headWait, 2)} ms (${pct(ph.headWait)}${ph.headDevice === null ? "" : `, device ${fixed(ph.headDevice, 2)} ms`})   readback ${fixed(ph.headReadback, 2)} ms (${pct(ph.headReadback)})   ` +
       `finite check ${fixed(ph.headCheck, 2)} ms (${pct(ph.headCheck)})   finalize ${fixed(ph.finalize, 2)} ms (${pct(ph.finalize)})   ` +
       `gather ${fixed(ph.gather, 2)} ms (${pct(ph.gather)})   other ${fixed(ph.other, 2)} ms (${pct(ph.other)})`,
     `weights GB/s       ${fixed(s.weightsGBs, 2)}   (${mb(m.headBytes)} per head call / mean head time)`,

@@ -250,11 +250,13 @@ pub const Backend = struct {
 
     /// Launches the commands in order on the device's one stream and waits once. A barrier
     /// needs no work: on one stream a launch starts after the previous one's writes land.
-    pub fn execute(backend: *Backend, commands: []const Command) Error!void {
+    /// (No device time yet: CUDA events around the launches would give it.)
+    pub fn execute(backend: *Backend, commands: []const Command) Error!?u64 {
         try backend.enter();
         defer backend.leave();
         for (commands) |command| try backend.encode(command);
         try backend.cuda.check(backend.cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
+        return null;
     }
 
     fn encode(backend: *Backend, command: Command) Error!void {

@@ -221,8 +221,8 @@ pub const Backend = struct {
 
     /// Runs the commands as one command buffer with one concurrent encoder and waits.
     /// A barrier command becomes a buffer-scope memory barrier: every write before it is
-    /// visible to every dispatch after it.
-    pub fn execute(backend: *Backend, commands: []const Command) Error!void {
+    /// visible to every dispatch after it. Returns the GPU's own time for the command buffer.
+    pub fn execute(backend: *Backend, commands: []const Command) Error!?u64 {
         const runtime = backend.runtime;
         const pool = objc.Pool.push(runtime);
         defer pool.pop();
@@ -235,7 +235,8 @@ pub const Backend = struct {
             return e;
         };
         runtime.send(.endEncoding, encoder, .{});
-        _ = try backend.run(command_buffer);
+        const seconds = try backend.run(command_buffer);
+        return @intFromFloat(std.math.clamp(seconds, 0, 1e6) * 1e9);
     }
 
     fn encode(backend: *Backend, encoder: Id, command: Command) Error!void {

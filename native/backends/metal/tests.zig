@@ -24,6 +24,7 @@ const abi = struct {
     extern fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32;
     extern fn lmh_session_count_non_finite(session: u64, data: u64, counts: u64, rows: u32, row_values: u32) i32;
     extern fn lmh_session_finish(session: u64) i32;
+    extern fn lmh_session_finish_timed(session: u64, device_ns_out: ?*u64) i32;
 };
 const formats = @import("../../numerics/formats.zig");
 const params = @import("../../kernels/params.zig");
@@ -147,7 +148,10 @@ fn runHead(kind: u32, head: Head, inputs: Inputs, out: []u8) !void {
     try ok(abi.lmh_session_matvec(session, normed, w, @intFromEnum(head.type), logits_view, head.rows, head.hidden, head.vocab));
     try ok(abi.lmh_session_softcap(session, logits_view, @as(u64, head.rows) * head.vocab, head.cap));
     try ok(abi.lmh_session_count_non_finite(session, logits_view, counts, head.rows, head.vocab));
-    try ok(abi.lmh_session_finish(session));
+    var device_ns: u64 = 0;
+    try ok(abi.lmh_session_finish_timed(session, &device_ns));
+    // The GPU's own time (the fake's command buffers run from 100 s to 100.25 s); the CPU keeps none.
+    try std.testing.expectEqual(if (kind == metal_kind) @as(u64, 250_000_000) else std.math.maxInt(u64), device_ns);
     try ok(abi.lmh_buffer_read(logits, 0, out.ptr, out.len));
 }
 
