@@ -4,7 +4,7 @@ export { MlxDevice, MlxBuffer, KernelRegistry, GraphSession, backendKinds, count
 export { MlxModelWeights, BatchedHeadOut, NonFiniteRowsError, type HeadWeights, type EncodedHead } from "./head.ts";
 export { hostPhases, HostPhases, phases, type Phase } from "./phases.ts";
 export { loadModel, type Model, type EmbeddingTable, type LoadOptions } from "./model.ts";
-export { readGguf, GgufError } from "./artifact/gguf.ts";
+export { readGgufHeader, GgufError, type GgufHeader } from "./artifact/gguf.ts";
 export { resolveHead, ArtifactError } from "./artifact/head.ts";
 export { defaultArtifactPath } from "./artifact/default.ts";
 export {

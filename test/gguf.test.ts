@@ -725,3 +725,18 @@ describe("gguf-py fixtures (scripts/make_gguf_fixtures.py)", () => {
     expect(copy).toEqual(new Uint8Array(g.mapping));
   });
 });
+
+test("the package exports a GGUF file's header only: no view of its read-only pages", async () => {
+  const index = await import("../src/index.ts");
+  expect("readGguf" in index).toBe(false);
+  const dir = mkdtempSync(join(tmpdir(), "lmhead-header-"));
+  try {
+    const path = join(dir, "header.gguf");
+    writeGguf(path, { metadata: [["general.architecture", meta.str("gemma4")]], tensors: [{ name: "t", dims: [32], typeId: 0, data: new Uint8Array(128) }] });
+    const header = index.readGgufHeader(path);
+    expect(header.tensors.has("t")).toBe(true);
+    expect("mapping" in header).toBe(false);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -467,6 +467,19 @@ export function readGguf(path: string): GgufFile {
   return parseMapped(openGgufFile(path));
 }
 
+/** A GGUF file's header for users: metadata and the tensor table, without the mapped bytes. */
+export type GgufHeader = Omit<GgufFile, "mapping">;
+
+/**
+ * The header of a GGUF file, as the package exports it: the mapping behind readGguf's result
+ * is read-only memory, and a write through it would end the process, so users get no view of
+ * it (loadModel reads the weights).
+ */
+export function readGgufHeader(path: string): GgufHeader {
+  const { mapping: _, ...header } = readGguf(path);
+  return header;
+}
+
 /** Parses an open file; the result keeps the file open (and mapped) while it is reachable. */
 export function parseMapped(file: MappedFile): GgufFile {
   if (file.bytes === 0) throw new GgufError(file.path, "truncated", "truncated reading header (empty file)");
