@@ -3,23 +3,8 @@
 const std = @import("std");
 const status = @import("core/status.zig");
 
-// The exports of root.zig, linked into the test binary, called as a C user would.
-const root = struct {
-    extern fn lmh_device_open(kind: u32, handle_out: ?*u64) i32;
-    extern fn lmh_device_close(device: u64) i32;
-    extern fn lmh_file_open(path: ?[*]const u8, path_bytes: u64, handle_out: ?*u64, info_out: ?*[2]u64) i32;
-    extern fn lmh_file_check(file: u64) i32;
-    extern fn lmh_file_close(file: u64) i32;
-    extern fn lmh_buffer_wrap_file(device: u64, file: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32;
-    extern fn lmh_buffer_view(buffer: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32;
-    extern fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) i32;
-    extern fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) i32;
-    extern fn lmh_buffer_free(buffer: u64) i32;
-    extern fn lmh_session_begin(device: u64, handle_out: ?*u64) i32;
-    extern fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32;
-    extern fn lmh_session_barrier_between(session: u64, reads: ?[*]const u64, read_count: u32, writes: ?[*]const u64, write_count: u32) i32;
-    extern fn lmh_session_abort(session: u64) i32;
-};
+/// The C ABI: root.zig's exported functions, called as a user of liblmhead would.
+const root = @import("root.zig");
 
 fn ok(rc: i32) !void {
     if (rc != 0) {

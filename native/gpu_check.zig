@@ -24,30 +24,8 @@ const cap = 30.0;
 /// so generating a 3 GB head takes a memcpy, not minutes.
 const tile_rows = 4096;
 
-/// The C ABI, as a program linking liblmhead declares it; the library's source is compiled in.
-const lib = struct {
-    extern fn lmh_last_error(dst: ?[*]u8, capacity: u64) u64;
-    extern fn lmh_device_open(kind: u32, handle_out: ?*u64) i32;
-    extern fn lmh_device_info(device: u64, info_out: ?*[3]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32;
-    extern fn lmh_buffer_alloc(device: u64, bytes: u64, handle_out: ?*u64) i32;
-    extern fn lmh_buffer_wrap(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) i32;
-    extern fn lmh_buffer_view(buffer: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32;
-    extern fn lmh_buffer_free(buffer: u64) i32;
-    extern fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) i32;
-    extern fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) i32;
-    extern fn lmh_session_begin(device: u64, handle_out: ?*u64) i32;
-    extern fn lmh_session_rms_norm(session: u64, input: u64, weight: u64, output: u64, rows: u32, hidden: u32, eps: f32) i32;
-    extern fn lmh_session_matvec(session: u64, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, hidden: u32, vocab: u32) i32;
-    extern fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32;
-    extern fn lmh_session_count_non_finite(session: u64, data: u64, counts: u64, rows: u32, row_values: u32) i32;
-    extern fn lmh_session_finish(session: u64) i32;
-    extern fn lmh_session_abort(session: u64) i32;
-    extern fn lmh_device_read_bandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_out: ?*[2]f64) i32;
-    extern fn lmh_device_fma_rate(device: u64, passes: u32, fmas_per_second_out: ?*f64) i32;
-};
-comptime {
-    _ = @import("root.zig");
-}
+/// The C ABI: root.zig's exported functions, called as a program linking liblmhead would.
+const lib = @import("root.zig");
 
 const Failure = error{ Lmhead, Mismatch, OutOfMemory };
 

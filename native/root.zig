@@ -50,13 +50,13 @@ fn out(comptime T: type, pointer: ?*T) Error!*T {
 }
 
 /// ABI version; the TypeScript layer refuses a library whose version it does not know.
-export fn lmh_version() u32 {
+pub export fn lmh_version() u32 {
     return abi_version;
 }
 
 /// Copies this thread's last error message into dst (up to capacity bytes, no terminator)
 /// and returns its full length.
-export fn lmh_last_error(dst: ?[*]u8, capacity: u64) u64 {
+pub export fn lmh_last_error(dst: ?[*]u8, capacity: u64) u64 {
     const text = status.message();
     if (dst) |d| {
         const n = @min(text.len, capacity);
@@ -66,7 +66,7 @@ export fn lmh_last_error(dst: ?[*]u8, capacity: u64) u64 {
 }
 
 /// Opens a device: kind 0 = cpu, 1 = metal, 2 = cuda.
-export fn lmh_device_open(kind: u32, handle_out: ?*u64) i32 {
+pub export fn lmh_device_open(kind: u32, handle_out: ?*u64) i32 {
     return call(deviceOpen(kind, handle_out));
 }
 
@@ -81,7 +81,7 @@ fn deviceOpen(kind: u32, handle_out: ?*u64) Error!void {
 }
 
 /// Closes the handle; buffers and sessions of the device keep it alive until they end.
-export fn lmh_device_close(device: u64) i32 {
+pub export fn lmh_device_close(device: u64) i32 {
     return call(deviceClose(device));
 }
 
@@ -91,7 +91,7 @@ fn deviceClose(device: u64) Error!void {
 
 /// Writes info_out = [device kind, threads, buffers host-visible (0/1)] and a one-line
 /// description (up to capacity bytes); *len_out = the description's length.
-export fn lmh_device_info(device: u64, info_out: ?*[3]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
+pub export fn lmh_device_info(device: u64, info_out: ?*[3]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
     return call(deviceInfo(device, info_out, dst, capacity, len_out));
 }
 
@@ -113,7 +113,7 @@ fn copyText(text: []const u8, dst: ?[*]u8, capacity: u64) void {
 }
 
 /// Writes the device registry's resolved kernel names, one per line; *len_out = bytes needed.
-export fn lmh_registry_list(device: u64, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
+pub export fn lmh_registry_list(device: u64, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
     return call(registryList(device, dst, capacity, len_out));
 }
 
@@ -126,7 +126,7 @@ fn registryList(device: u64, dst: ?[*]u8, capacity: u64, len_out: ?*u64) Error!v
 }
 
 /// Allocates a zeroed buffer of `bytes` (> 0) on the device.
-export fn lmh_buffer_alloc(device: u64, bytes: u64, handle_out: ?*u64) i32 {
+pub export fn lmh_buffer_alloc(device: u64, bytes: u64, handle_out: ?*u64) i32 {
     return call(bufferAlloc(device, bytes, handle_out));
 }
 
@@ -139,7 +139,7 @@ fn bufferAlloc(device: u64, bytes: u64, handle_out: ?*u64) Error!void {
 
 /// Wraps host memory (e.g. a memory-mapped file) without copying. The caller keeps the
 /// memory alive and unchanged for as long as the buffer, and every view over it, lives.
-export fn lmh_buffer_wrap(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) i32 {
+pub export fn lmh_buffer_wrap(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) i32 {
     return call(bufferWrap(device, host, bytes, handle_out));
 }
 
@@ -151,7 +151,7 @@ fn bufferWrap(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) Error!vo
 }
 
 /// A zero-copy window [offset, offset + bytes) of a buffer (mlx-native's slice_view).
-export fn lmh_buffer_view(buffer: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32 {
+pub export fn lmh_buffer_view(buffer: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32 {
     return call(bufferView(buffer, offset_bytes, bytes, handle_out));
 }
 
@@ -171,7 +171,7 @@ fn insertBuffer(handle_out: *u64, created: Error!*Buffer) Error!void {
 }
 
 /// Frees the handle. Memory is released once no session, view or call uses it any more.
-export fn lmh_buffer_free(buffer: u64) i32 {
+pub export fn lmh_buffer_free(buffer: u64) i32 {
     return call(bufferFree(buffer));
 }
 
@@ -179,7 +179,7 @@ fn bufferFree(buffer: u64) Error!void {
     (try buffers.remove(buffer)).release();
 }
 
-export fn lmh_buffer_size(buffer: u64, bytes_out: ?*u64) i32 {
+pub export fn lmh_buffer_size(buffer: u64, bytes_out: ?*u64) i32 {
     return call(bufferSize(buffer, bytes_out));
 }
 
@@ -192,7 +192,7 @@ fn bufferSize(buffer: u64, bytes_out: ?*u64) Error!void {
 
 /// The buffer's host address, for backends whose memory the host can address (see
 /// lmh_device_info). Valid while the buffer lives; do not touch it while a session uses it.
-export fn lmh_buffer_host_ptr(buffer: u64, address_out: ?*usize) i32 {
+pub export fn lmh_buffer_host_ptr(buffer: u64, address_out: ?*usize) i32 {
     return call(bufferHostPtr(buffer, address_out));
 }
 
@@ -207,7 +207,7 @@ fn bufferHostPtr(buffer: u64, address_out: ?*usize) Error!void {
 }
 
 /// Copies `bytes` from src into the buffer at offset_bytes.
-export fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) i32 {
+pub export fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) i32 {
     return call(bufferWrite(buffer, offset_bytes, src, bytes));
 }
 
@@ -221,7 +221,7 @@ fn bufferWrite(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) Er
 }
 
 /// Copies `bytes` from the buffer at offset_bytes into dst.
-export fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) i32 {
+pub export fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) i32 {
     return call(bufferRead(buffer, offset_bytes, dst, bytes));
 }
 
@@ -235,7 +235,7 @@ fn bufferRead(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) Error!voi
 }
 
 /// Opens a graph session on the device: an empty command list and conflict tracker.
-export fn lmh_session_begin(device: u64, handle_out: ?*u64) i32 {
+pub export fn lmh_session_begin(device: u64, handle_out: ?*u64) i32 {
     return call(sessionBegin(device, handle_out));
 }
 
@@ -282,7 +282,7 @@ fn encode(session: u64, body: anytype, args: anytype) Error!void {
 /// Declares what the next dispatch reads and writes, for work the session cannot see
 /// (encode calls declare their own buffers). A RAW, WAR or WAW conflict with the
 /// ranges recorded since the last barrier emits a barrier. Ranges are whole allocations.
-export fn lmh_session_barrier_between(session: u64, reads: ?[*]const u64, read_count: u32, writes: ?[*]const u64, write_count: u32) i32 {
+pub export fn lmh_session_barrier_between(session: u64, reads: ?[*]const u64, read_count: u32, writes: ?[*]const u64, write_count: u32) i32 {
     return call(encode(session, barrierBetween, .{ reads, read_count, writes, write_count }));
 }
 
@@ -300,7 +300,7 @@ fn barrierBetween(s: *Session, held: *Held, reads: ?[*]const u64, read_count: u3
 /// Encodes out[r,:] = (x[r,:]·rsqrt(Σx²/hidden + eps))·w for `rows` rows of `hidden` f32
 /// values; input and output are rows·hidden f32, weight is hidden f32. A row whose Σx²/hidden
 /// + eps overflows to +Inf becomes NaN (docs/NUMERICS.md §4), so it is reported, never zeros.
-export fn lmh_session_rms_norm(session: u64, input: u64, weight: u64, output: u64, rows: u32, hidden: u32, eps: f32) i32 {
+pub export fn lmh_session_rms_norm(session: u64, input: u64, weight: u64, output: u64, rows: u32, hidden: u32, eps: f32) i32 {
     return call(encode(session, rmsNorm, .{ input, weight, output, rows, hidden, eps }));
 }
 
@@ -325,7 +325,7 @@ fn rmsNorm(s: *Session, held: *Held, input: u64, weight: u64, output: u64, rows:
 /// Encodes out[r,j] = Σ_k x[r,k]·W[j,k] for an output head W of `vocab` rows of `hidden`
 /// values stored as ggml type `type_id`; input is rows·hidden f32, output rows·vocab f32.
 /// The weight must pass the head admission (type, block multiple, exact byte size).
-export fn lmh_session_matvec(session: u64, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, hidden: u32, vocab: u32) i32 {
+pub export fn lmh_session_matvec(session: u64, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, hidden: u32, vocab: u32) i32 {
     return call(encode(session, matvec, .{ input, weight, type_id, output, rows, hidden, vocab }));
 }
 
@@ -352,7 +352,7 @@ fn matvec(s: *Session, held: *Held, input: u64, weight: u64, type_id: u32, outpu
 }
 
 /// Encodes data[i] = tanh(data[i]·(1/cap))·cap in place for the first `count` f32 values.
-export fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32 {
+pub export fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32 {
     return call(encode(session, softcap, .{ data, count, cap }));
 }
 
@@ -371,7 +371,7 @@ fn softcap(s: *Session, held: *Held, data: u64, count: u64, cap: f32) Error!void
 
 /// Encodes counts[r] = the number of NaN and ±Inf values in row r of data (`rows` rows of
 /// `row_values` f32); counts is rows u32. The head's per-row validity check, read by the host.
-export fn lmh_session_count_non_finite(session: u64, data: u64, counts: u64, rows: u32, row_values: u32) i32 {
+pub export fn lmh_session_count_non_finite(session: u64, data: u64, counts: u64, rows: u32, row_values: u32) i32 {
     return call(encode(session, countNonFinite, .{ data, counts, rows, row_values }));
 }
 
@@ -395,13 +395,13 @@ fn checkF32(buffer: *Buffer, comptime what: []const u8, bytes: u64) Error!void {
 }
 
 /// Runs the session's commands in order, waits for them, and closes the session.
-export fn lmh_session_finish(session: u64) i32 {
+pub export fn lmh_session_finish(session: u64) i32 {
     return call(sessionFinish(session, null));
 }
 
 /// lmh_session_finish, and *device_ns_out = the device's own time for the work in ns (a
 /// GPU's start to end), or 2^64 - 1 where the device keeps none (the CPU: the wait is it).
-export fn lmh_session_finish_timed(session: u64, device_ns_out: ?*u64) i32 {
+pub export fn lmh_session_finish_timed(session: u64, device_ns_out: ?*u64) i32 {
     return call(sessionFinishTimed(session, device_ns_out));
 }
 
@@ -417,7 +417,7 @@ fn sessionFinish(session: u64, device_ns_out: ?*u64) Error!void {
 }
 
 /// Closes the session without running what it recorded.
-export fn lmh_session_abort(session: u64) i32 {
+pub export fn lmh_session_abort(session: u64) i32 {
     return call(sessionAbort(session));
 }
 
@@ -428,7 +428,7 @@ fn sessionAbort(session: u64) Error!void {
 }
 
 /// Process-wide counters: counts_out[0] = barriers emitted, counts_out[1] = dispatches encoded.
-export fn lmh_counters(counts_out: ?*[2]u64) i32 {
+pub export fn lmh_counters(counts_out: ?*[2]u64) i32 {
     return call(counters(counts_out));
 }
 
@@ -440,7 +440,7 @@ fn counters(counts_out: ?*[2]u64) Error!void {
 /// Measures the device's read bandwidth, the floor of a head call (weight bytes / bandwidth):
 /// bytes_per_second_out = [with all of the device's threads, with one thread], each the
 /// median of `passes` reads of `bytes` (16 MiB to 16 GiB; use well over the last-level cache).
-export fn lmh_device_read_bandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_out: ?*[2]f64) i32 {
+pub export fn lmh_device_read_bandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_out: ?*[2]f64) i32 {
     return call(deviceReadBandwidth(device, bytes, passes, bytes_per_second_out));
 }
 
@@ -455,7 +455,7 @@ fn deviceReadBandwidth(device: u64, bytes: u64, passes: u32, bytes_per_second_ou
 
 /// Measures the device's f32 fma rate, the floor of a head call at large N (rows·vocab·hidden
 /// fmas / rate): *fmas_per_second_out = the median of `passes` runs with every thread.
-export fn lmh_device_fma_rate(device: u64, passes: u32, fmas_per_second_out: ?*f64) i32 {
+pub export fn lmh_device_fma_rate(device: u64, passes: u32, fmas_per_second_out: ?*f64) i32 {
     return call(deviceFmaRate(device, passes, fmas_per_second_out));
 }
 
@@ -468,7 +468,7 @@ fn deviceFmaRate(device: u64, passes: u32, fmas_per_second_out: ?*f64) Error!voi
 }
 
 /// The explicit limits: limits_out = [max rows per call, max hidden, max vocab, max buffer bytes].
-export fn lmh_limits(limits_out: ?*[4]u64) i32 {
+pub export fn lmh_limits(limits_out: ?*[4]u64) i32 {
     return call(limits(limits_out));
 }
 
@@ -478,7 +478,7 @@ fn limits(limits_out: ?*[4]u64) Error!void {
 }
 
 /// When on, every dispatch and barrier is printed to stderr as it is encoded.
-export fn lmh_set_encode_trace(on: u32) void {
+pub export fn lmh_set_encode_trace(on: u32) void {
     session_mod.encode_trace.store(on != 0, .monotonic);
 }
 
@@ -487,7 +487,7 @@ export fn lmh_set_encode_trace(on: u32) void {
 /// admitted, tied head admitted]; the name goes to dst (up to capacity bytes), its length to
 /// *len_out. Types lmhead only skips have offsets 0, 0xFFFFFFFF and both flags 0. Unknown and
 /// removed ids are an error whose message says which.
-export fn lmh_format_info(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
+pub export fn lmh_format_info(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacity: u64, len_out: ?*u64) i32 {
     return call(formatInfo(type_id, info_out, dst, capacity, len_out));
 }
 
@@ -505,7 +505,7 @@ fn formatInfo(type_id: u32, info_out: ?*[6]u32, dst: ?[*]u8, capacity: u64, len_
 }
 
 /// The head admission predicate on its own, for loaders: type, tied, block multiple, exact size.
-export fn lmh_head_admit(type_id: u32, hidden: u64, vocab: u64, weight_bytes: u64, tied: u32) i32 {
+pub export fn lmh_head_admit(type_id: u32, hidden: u64, vocab: u64, weight_bytes: u64, tied: u32) i32 {
     return call(headAdmit(type_id, hidden, vocab, weight_bytes, tied));
 }
 
@@ -514,7 +514,7 @@ fn headAdmit(type_id: u32, hidden: u64, vocab: u64, weight_bytes: u64, tied: u32
 }
 
 /// Decodes src_bytes of ggml type `type_id` into dst_values f32 (the reference decoder).
-export fn lmh_dequantize(type_id: u32, src: ?[*]const u8, src_bytes: u64, dst: ?[*]f32, dst_values: u64) i32 {
+pub export fn lmh_dequantize(type_id: u32, src: ?[*]const u8, src_bytes: u64, dst: ?[*]f32, dst_values: u64) i32 {
     return call(dequantize(type_id, src, src_bytes, dst, dst_values));
 }
 
@@ -534,7 +534,7 @@ fn dequantize(type_id: u32, src: ?[*]const u8, src_bytes: u64, dst: ?[*]f32, dst
 /// Opens and maps the file at path[0..path_bytes] read-only. info_out = [file bytes, address
 /// of the mapping (0 for an empty file)]. The mapping lives until the handle is closed and
 /// every buffer over it is freed. Never write through the address: the pages are read-only.
-export fn lmh_file_open(path: ?[*]const u8, path_bytes: u64, handle_out: ?*u64, info_out: ?*[2]u64) i32 {
+pub export fn lmh_file_open(path: ?[*]const u8, path_bytes: u64, handle_out: ?*u64, info_out: ?*[2]u64) i32 {
     return call(fileOpen(path, path_bytes, handle_out, info_out));
 }
 
@@ -558,7 +558,7 @@ fn insertFile(handle_out: *u64, file: *file_mod.File) Error!void {
 
 /// Another handle on the same mapping, with its own reference (for a view that must keep
 /// the mapping alive after the first handle is closed).
-export fn lmh_file_retain(file: u64, handle_out: ?*u64) i32 {
+pub export fn lmh_file_retain(file: u64, handle_out: ?*u64) i32 {
     return call(fileRetain(file, handle_out));
 }
 
@@ -569,7 +569,7 @@ fn fileRetain(file: u64, handle_out: ?*u64) Error!void {
 }
 
 /// Drops the handle's reference; buffers over the file keep the mapping until they are freed.
-export fn lmh_file_close(file: u64) i32 {
+pub export fn lmh_file_close(file: u64) i32 {
     return call(fileClose(file));
 }
 
@@ -578,7 +578,7 @@ fn fileClose(file: u64) Error!void {
 }
 
 /// Fails (status io) if the file was truncated or modified in place since it was opened.
-export fn lmh_file_check(file: u64) i32 {
+pub export fn lmh_file_check(file: u64) i32 {
     return call(fileCheck(file));
 }
 
@@ -590,7 +590,7 @@ fn fileCheck(file: u64) Error!void {
 
 /// A read-only buffer over bytes [offset_bytes, offset_bytes + bytes) of a mapped file,
 /// without copying; it keeps the mapping alive. Host writes and kernel outputs to it are refused.
-export fn lmh_buffer_wrap_file(device: u64, file: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32 {
+pub export fn lmh_buffer_wrap_file(device: u64, file: u64, offset_bytes: u64, bytes: u64, handle_out: ?*u64) i32 {
     return call(bufferWrapFile(device, file, offset_bytes, bytes, handle_out));
 }
 

@@ -12,21 +12,8 @@ const params = @import("params.zig");
 const emulator = @import("emulator.zig");
 const float_env = @import("../backends/cpu/float_env.zig");
 
-const abi = struct {
-    extern fn lmh_device_open(kind: u32, handle_out: ?*u64) i32;
-    extern fn lmh_device_close(device: u64) i32;
-    extern fn lmh_buffer_alloc(device: u64, bytes: u64, handle_out: ?*u64) i32;
-    extern fn lmh_buffer_free(buffer: u64) i32;
-    extern fn lmh_buffer_write(buffer: u64, offset_bytes: u64, src: ?[*]const u8, bytes: u64) i32;
-    extern fn lmh_buffer_read(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) i32;
-    extern fn lmh_session_begin(device: u64, handle_out: ?*u64) i32;
-    extern fn lmh_session_rms_norm(session: u64, input: u64, weight: u64, output: u64, rows: u32, hidden: u32, eps: f32) i32;
-    extern fn lmh_session_matvec(session: u64, input: u64, weight: u64, type_id: u32, output: u64, rows: u32, hidden: u32, vocab: u32) i32;
-    extern fn lmh_session_softcap(session: u64, data: u64, count: u64, cap: f32) i32;
-    extern fn lmh_session_count_non_finite(session: u64, data: u64, counts: u64, rows: u32, row_values: u32) i32;
-    extern fn lmh_session_finish(session: u64) i32;
-    extern fn lmh_last_error(dst: ?[*]u8, capacity: u64) u64;
-};
+/// The C ABI: root.zig's exported functions, called as a user of liblmhead would.
+const abi = @import("../root.zig");
 
 pub const batch_sizes = [_]u32{ 1, 2, 3, 5, 8, 9, 17, 33 };
 pub const pool_rows = 33;

@@ -78,7 +78,7 @@ test "the aarch64-macos dylib exports every lmh_ function of root.zig" {
     var checked: u32 = 0;
     var lines = std.mem.tokenizeScalar(u8, root_source, '\n');
     while (lines.next()) |line| {
-        const prefix = "export fn ";
+        const prefix = "pub export fn ";
         if (!std.mem.startsWith(u8, line, prefix)) continue;
         const name = line[prefix.len..std.mem.indexOfScalar(u8, line, '(').?];
         if (!exports(name)) {
