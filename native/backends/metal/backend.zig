@@ -219,6 +219,17 @@ pub const Backend = struct {
         @memcpy(dst, memory.host[@intCast(offset_bytes)..][0..dst.len]);
     }
 
+    /// A new command buffer and its one concurrent compute encoder, both autoreleased: call
+    /// inside a pool.
+    fn commandEncoder(backend: *Backend) Error!struct { Id, Id } {
+        const runtime = backend.runtime;
+        const command_buffer = runtime.send(.commandBuffer, backend.queue, .{}) orelse
+            return fail(error.Backend, "Metal gave no command buffer", .{});
+        const encoder = runtime.send(.computeCommandEncoderWithDispatchType_, command_buffer, .{objc.dispatch_type_concurrent}) orelse
+            return fail(error.Backend, "Metal gave no compute encoder", .{});
+        return .{ command_buffer, encoder };
+    }
+
     /// Runs the commands as one command buffer with one concurrent encoder and waits.
     /// A barrier command becomes a buffer-scope memory barrier: every write before it is
     /// visible to every dispatch after it. Returns the GPU's own time for the command buffer.
@@ -226,10 +237,7 @@ pub const Backend = struct {
         const runtime = backend.runtime;
         const pool = objc.Pool.push(runtime);
         defer pool.pop();
-        const command_buffer = runtime.send(.commandBuffer, backend.queue, .{}) orelse
-            return fail(error.Backend, "Metal gave no command buffer", .{});
-        const encoder = runtime.send(.computeCommandEncoderWithDispatchType_, command_buffer, .{objc.dispatch_type_concurrent}) orelse
-            return fail(error.Backend, "Metal gave no compute encoder", .{});
+        const command_buffer, const encoder = try backend.commandEncoder();
         for (commands) |command| backend.encode(encoder, command) catch |e| {
             runtime.send(.endEncoding, encoder, .{});
             return e;
@@ -310,10 +318,7 @@ pub const Backend = struct {
         const runtime = backend.runtime;
         const pool = objc.Pool.push(runtime);
         defer pool.pop();
-        const command_buffer = runtime.send(.commandBuffer, backend.queue, .{}) orelse
-            return fail(error.Backend, "Metal gave no command buffer", .{});
-        const encoder = runtime.send(.computeCommandEncoderWithDispatchType_, command_buffer, .{objc.dispatch_type_concurrent}) orelse
-            return fail(error.Backend, "Metal gave no compute encoder", .{});
+        const command_buffer, const encoder = try backend.commandEncoder();
         for (buffers, 0..) |memory, index| runtime.send(.setBuffer_offset_atIndex_, encoder, .{ memory.views[0], memory.head_bytes, index });
         runtime.send(.setBytes_length_atIndex_, encoder, .{ @as(*const anyopaque, parameter), @sizeOf(@TypeOf(parameter.*)), buffers.len });
         runtime.send(.setComputePipelineState_, encoder, .{backend.pipelines[pipeline]});
