@@ -32,6 +32,23 @@ LMH_FN float lmh_fma(float a, float b, float c) {
     return fma(a, b, c);
 }
 
+// Aligned little-endian loads from a byte buffer: p is even for lmh_load16 and a multiple
+// of 4 for lmh_load32 (kernels.h says why each address is).
+LMH_FN lmh_u32 lmh_load16(device const lmh_u8 *p) {
+    return *(device const ushort *)p;
+}
+
+LMH_FN lmh_u32 lmh_load32(device const lmh_u8 *p) {
+    return *(device const uint *)p;
+}
+
+// Four words from a 16-byte aligned address, in one load.
+typedef uint4 lmh_words4;
+
+LMH_FN lmh_words4 lmh_load_words4(device const lmh_u32 *p) {
+    return *(device const uint4 *)p;
+}
+
 // All 32 lanes of the simdgroup take part in every shuffle (the kernels never diverge
 // around one); the backend checks threadExecutionWidth == 32.
 LMH_FN lmh_u32 lmh_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {

@@ -12,6 +12,7 @@ const formats = @import("numerics/formats.zig");
 const device_mod = @import("core/device.zig");
 const cuda_driver = @import("backends/cuda/driver.zig");
 const cuda_module = @import("backends/cuda/module.zig");
+const cuda_backend = @import("backends/cuda/backend.zig");
 const status = @import("core/status.zig");
 
 const check_rows = [_]u32{ 1, 2, 3, 5, 8, 9, 16, 17, 33, 64 };
@@ -370,11 +371,16 @@ fn compileOnly() void {
         std.debug.print("SKIP: NVRTC compile: {s}\n", .{status.message()});
         return;
     };
-    const start = seconds();
-    const image = cuda_module.cubin(&nvrtc.table, .{ .arch = 90, .ftz = false, .defines = &.{} }) catch {
-        std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
-        std.process.exit(1);
-    };
-    defer std.heap.c_allocator.free(image);
-    std.debug.print("NVRTC ({s}) compiled the kernels for sm_90: {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), image.len, seconds() - start });
+    for (cuda_backend.pass_sizes, cuda_backend.vocab_rows_per_warp) |rows, vocab_rows| {
+        const start = seconds();
+        const image = cuda_module.cubin(&nvrtc.table, .{ .arch = 90, .ftz = false, .defines = &.{
+            .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows },
+            .{ "LMH_ROWS_PER_PASS", rows },
+        } }) catch {
+            std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
+            std.process.exit(1);
+        };
+        defer std.heap.c_allocator.free(image);
+        std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass: {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, image.len, seconds() - start });
+    }
 }

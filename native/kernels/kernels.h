@@ -19,8 +19,9 @@
 #define LMH_VOCAB_ROWS_PER_SIMDGROUP 4u
 #endif
 #ifndef LMH_ROWS_PER_PASS
-#define LMH_ROWS_PER_PASS 4u
+#define LMH_ROWS_PER_PASS 8u
 #endif
+LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 1u || LMH_ROWS_PER_PASS == 2u || LMH_ROWS_PER_PASS == 4u || LMH_ROWS_PER_PASS == 8u, "rows per pass: 1, 2, 4 or 8");
 
 // ggml type ids (numerics/formats.zig Type).
 #define LMH_TYPE_F32 0u
@@ -70,6 +71,13 @@ LMH_FN float lmh_int(lmh_u32 q, lmh_u32 offset) {
 
 // Exact f16 -> f32 (formats.zig f16ToF32): normals and Inf/NaN by moving the fields,
 // subnormals as their integer mantissa times 2^-24, which is normal. NaN payloads kept.
+// A prelude with an exact hardware conversion defines LMH_F16_TO_F32 to use it instead
+// (CUDA); the GPU check compares its results with the CPU's byte for byte.
+#ifdef LMH_F16_TO_F32
+LMH_FN float lmh_f16(lmh_u32 h) {
+    return LMH_F16_TO_F32(h);
+}
+#else
 LMH_FN float lmh_f16(lmh_u32 h) {
     lmh_u32 sign = (h & 0x8000u) << 16;
     lmh_u32 magnitude = h & 0x7FFFu;
@@ -80,6 +88,7 @@ LMH_FN float lmh_f16(lmh_u32 h) {
     lmh_u32 bits = magnitude >= 0x7C00u ? special : (magnitude >= 0x0400u ? normal : lmh_as_uint(subnormal));
     return lmh_as_float(bits | sign);
 }
+#endif
 
 // NUMERICS.md §3 step 5: partners l^16, l^8, l^4, l^2, l^1; every lane ends with the sum.
 LMH_FN float lmh_butterfly(float p) {
@@ -252,12 +261,47 @@ LMH_STATIC_ASSERT(sizeof(lmh_block_q5_k) == 176, "Q5_K block");
 LMH_STATIC_ASSERT(sizeof(lmh_block_q6_k) == 210, "Q6_K block");
 LMH_STATIC_ASSERT(sizeof(lmh_block_iq4_xs) == 136, "IQ4_XS block");
 
-LMH_FN lmh_u32 lmh_le16(LMH_GLOBAL const lmh_u8 *p) {
-    return (lmh_u32)p[0] | ((lmh_u32)p[1] << 8);
+// Loads. Every block size is even and every field a lane reads as more than one byte starts
+// at an even offset of its block; rows start at multiples of the (even) row size from a
+// weight buffer 4-byte aligned (checked when the matvec is recorded); so lmh_load16 is
+// always aligned, and lmh_load32 is used only for F32 rows.
+
+// A 4-byte field at an even offset.
+LMH_FN lmh_u32 lmh_le32(LMH_GLOBAL const lmh_u8 *p) {
+    return lmh_load16(p) | (lmh_load16(p + 2) << 16);
 }
 
-LMH_FN lmh_u32 lmh_le32(LMH_GLOBAL const lmh_u8 *p) {
-    return lmh_le16(p) | (lmh_le16(p + 2) << 16);
+// Bytes [0, 8) at p (even), in two little-endian words: four loads instead of eight.
+typedef struct { lmh_u32 lo; lmh_u32 hi; } lmh_bytes8;
+
+LMH_FN lmh_bytes8 lmh_load_bytes8(LMH_GLOBAL const lmh_u8 *p) {
+    lmh_bytes8 b;
+    b.lo = lmh_le32(p);
+    b.hi = lmh_le32(p + 4);
+    return b;
+}
+
+// Byte i of b; i is a literal wherever this is called, so it folds to a shift and a mask.
+LMH_FN lmh_u32 lmh_byte(lmh_bytes8 b, lmh_u32 i) {
+    return ((i < 4u ? b.lo : b.hi) >> ((i & 3u) << 3)) & 0xFFu;
+}
+
+// Codes four to a word: every byte of b shifted right by `shift` and masked by `mask`, a
+// byte repeated (0x0F0F0F0F keeps a nibble of each), so one shift and one and serve four
+// values. The decoders build a lane's 8 codes this way, one per byte.
+LMH_FN lmh_bytes8 lmh_bits(lmh_bytes8 b, lmh_u32 shift, lmh_u32 mask) {
+    lmh_bytes8 r;
+    r.lo = (b.lo >> shift) & mask;
+    r.hi = (b.hi >> shift) & mask;
+    return r;
+}
+
+// a | (b << shift) in every byte (b's bytes hold bits that stay inside them).
+LMH_FN lmh_bytes8 lmh_merge(lmh_bytes8 a, lmh_bytes8 b, lmh_u32 shift) {
+    lmh_bytes8 r;
+    r.lo = a.lo | (b.lo << shift);
+    r.hi = a.hi | (b.hi << shift);
+    return r;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -278,13 +322,13 @@ LMH_FN float lmh_iq4(lmh_u32 q) {
 // high nibbles of qs[8(j & 1) ..].
 LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 type) {
     LMH_GLOBAL const lmh_block_q4_0 *b = (LMH_GLOBAL const lmh_block_q4_0 *)row + ((chunk << 3) + (lane >> 2));
-    float d = lmh_f16(lmh_le16(b->d));
+    float d = lmh_f16(lmh_load16(b->d));
     lmh_u32 at = (lane & 1u) << 3;
     lmh_u32 shift = (lane & 2u) << 1;
+    lmh_bytes8 q = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x0F0F0F0Fu);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) {
-        lmh_u32 q = ((lmh_u32)b->qs[at + i] >> shift) & 15u;
-        float code = type == LMH_TYPE_Q4_0 ? lmh_int(q, 8u) : lmh_iq4(q);
+        float code = type == LMH_TYPE_Q4_0 ? lmh_int(lmh_byte(q, i), 8u) : lmh_iq4(lmh_byte(q, i));
         w.v[i] = d * code;
     }
     return w;
@@ -303,19 +347,26 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32
     LMH_GLOBAL const lmh_u8 *qs;
     if (type == LMH_TYPE_Q5_0) {
         LMH_GLOBAL const lmh_block_q5_0 *b = (LMH_GLOBAL const lmh_block_q5_0 *)row + block;
-        d = lmh_f16(lmh_le16(b->d));
+        d = lmh_f16(lmh_load16(b->d));
         qh = lmh_le32(b->qh);
         qs = b->qs;
     } else {
         LMH_GLOBAL const lmh_block_q5_1 *b = (LMH_GLOBAL const lmh_block_q5_1 *)row + block;
-        d = lmh_f16(lmh_le16(b->d));
-        m = lmh_f16(lmh_le16(b->m));
+        d = lmh_f16(lmh_load16(b->d));
+        m = lmh_f16(lmh_load16(b->m));
         qh = lmh_le32(b->qh);
         qs = b->qs;
     }
+    // Bits first..first+7 of qh, one to a byte: a multiply by 0x00204081 moves bit k of a
+    // nibble to bit 8k (k = 0..3), the mask drops the rest.
+    lmh_u32 h = qh >> first;
+    lmh_bytes8 high;
+    high.lo = ((h & 15u) * 0x00204081u) & 0x01010101u;
+    high.hi = (((h >> 4) & 15u) * 0x00204081u) & 0x01010101u;
+    lmh_bytes8 code = lmh_merge(lmh_bits(lmh_load_bytes8(qs + at), shift, 0x0F0F0F0Fu), high, 4u);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) {
-        lmh_u32 q = (((lmh_u32)qs[at + i] >> shift) & 15u) | (((qh >> (first + i)) & 1u) << 4);
+        lmh_u32 q = lmh_byte(code, i);
         w.v[i] = type == LMH_TYPE_Q5_0 ? d * lmh_int(q, 16u) : lmh_fma(d, lmh_int(q, 0u), m);
     }
     return w;
@@ -324,10 +375,13 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32
 // Q8_0 d·q, q a signed byte (its bits xor 0x80 is q + 128).
 LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
     LMH_GLOBAL const lmh_block_q8_0 *b = (LMH_GLOBAL const lmh_block_q8_0 *)row + ((chunk << 3) + (lane >> 2));
-    float d = lmh_f16(lmh_le16(b->d));
+    float d = lmh_f16(lmh_load16(b->d));
     lmh_u32 at = (lane & 3u) << 3;
+    lmh_bytes8 q = lmh_load_bytes8(b->qs + at);
+    q.lo = q.lo ^ 0x80808080u;
+    q.hi = q.hi ^ 0x80808080u;
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = d * lmh_int((lmh_u32)b->qs[at + i] ^ 0x80u, 128u);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = d * lmh_int(lmh_byte(q, i), 128u);
     return w;
 }
 
@@ -336,12 +390,13 @@ LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
 LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
     LMH_GLOBAL const lmh_block_q2_k *b = (LMH_GLOBAL const lmh_block_q2_k *)row + chunk;
     lmh_u32 sc = b->scales[lane >> 1];
-    float dl = lmh_f16(lmh_le16(b->d)) * lmh_int(sc & 15u, 0u);
-    float ml = lmh_f16(lmh_le16(b->dmin)) * lmh_int(sc >> 4, 0u);
+    float dl = lmh_f16(lmh_load16(b->d)) * lmh_int(sc & 15u, 0u);
+    float ml = lmh_f16(lmh_load16(b->dmin)) * lmh_int(sc >> 4, 0u);
     lmh_u32 at = ((lane >> 4) << 5) + ((lane & 3u) << 3);
     lmh_u32 shift = ((lane >> 2) & 3u) << 1;
+    lmh_bytes8 q = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x03030303u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(dl, lmh_int(((lmh_u32)b->qs[at + i] >> shift) & 3u, 0u), -ml);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(dl, lmh_int(lmh_byte(q, i), 0u), -ml);
     return w;
 }
 
@@ -351,17 +406,15 @@ LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
     lmh_u32 j = lane >> 1;
     lmh_u32 low = ((lmh_u32)b->scales[j & 7u] >> ((j >> 3) << 2)) & 15u;
     lmh_u32 high = ((lmh_u32)b->scales[8u + (j & 3u)] >> ((j >> 2) << 1)) & 3u;
-    float dl = lmh_f16(lmh_le16(b->d)) * lmh_int(low | (high << 4), 32u);
+    float dl = lmh_f16(lmh_load16(b->d)) * lmh_int(low | (high << 4), 32u);
     lmh_u32 first = (lane & 3u) << 3;
     lmh_u32 at = ((lane >> 4) << 5) + first;
     lmh_u32 shift = ((lane >> 2) & 3u) << 1;
     lmh_u32 hshift = lane >> 2;
+    lmh_bytes8 q2 = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x03030303u);
+    lmh_bytes8 q = lmh_merge(q2, lmh_bits(lmh_load_bytes8(b->hmask + first), hshift, 0x01010101u), 2u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) {
-        lmh_u32 q2 = ((lmh_u32)b->qs[at + i] >> shift) & 3u;
-        lmh_u32 hbit = ((lmh_u32)b->hmask[first + i] >> hshift) & 1u;
-        w.v[i] = dl * lmh_int(q2 | (hbit << 2), 4u);
-    }
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_int(lmh_byte(q, i), 4u);
     return w;
 }
 
@@ -409,17 +462,15 @@ LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_
     }
     lmh_u32 j = lane >> 2;
     lmh_scale_min sm = lmh_k4_scale_min(scales, j);
-    float d1 = lmh_f16(lmh_le16(d)) * sm.sc;
-    float m1 = lmh_f16(lmh_le16(dmin)) * sm.m;
+    float d1 = lmh_f16(lmh_load16(d)) * sm.sc;
+    float m1 = lmh_f16(lmh_load16(dmin)) * sm.m;
     lmh_u32 first = (lane & 3u) << 3;
     lmh_u32 at = ((lane >> 3) << 5) + first;
     lmh_u32 shift = ((lane >> 2) & 1u) << 2;
+    lmh_bytes8 q = lmh_bits(lmh_load_bytes8(qs + at), shift, 0x0F0F0F0Fu);
+    if (type == LMH_TYPE_Q5_K) q = lmh_merge(q, lmh_bits(lmh_load_bytes8(qh + first), j, 0x01010101u), 4u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) {
-        lmh_u32 q = ((lmh_u32)qs[at + i] >> shift) & 15u;
-        if (type == LMH_TYPE_Q5_K) q = q | ((((lmh_u32)qh[first + i] >> j) & 1u) << 4);
-        w.v[i] = lmh_fma(d1, lmh_int(q, 0u), -m1);
-    }
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(d1, lmh_int(lmh_byte(q, i), 0u), -m1);
     return w;
 }
 
@@ -428,7 +479,7 @@ LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_
 // bits from qh[32n + e % 32] >> 2c.
 LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
     LMH_GLOBAL const lmh_block_q6_k *b = (LMH_GLOBAL const lmh_block_q6_k *)row + chunk;
-    float ds = lmh_f16(lmh_le16(b->d)) * lmh_int((lmh_u32)b->scales[lane >> 1] ^ 0x80u, 128u);
+    float ds = lmh_f16(lmh_load16(b->d)) * lmh_int((lmh_u32)b->scales[lane >> 1] ^ 0x80u, 128u);
     lmh_u32 n = lane >> 4;
     lmh_u32 c = (lane >> 2) & 3u;
     lmh_u32 first = (lane & 3u) << 3;
@@ -436,12 +487,10 @@ LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
     lmh_u32 low_shift = (c >> 1) << 2;
     lmh_u32 high_at = (n << 5) + first;
     lmh_u32 high_shift = c << 1;
+    lmh_bytes8 low = lmh_bits(lmh_load_bytes8(b->ql + low_at), low_shift, 0x0F0F0F0Fu);
+    lmh_bytes8 q = lmh_merge(low, lmh_bits(lmh_load_bytes8(b->qh + high_at), high_shift, 0x03030303u), 4u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) {
-        lmh_u32 low = ((lmh_u32)b->ql[low_at + i] >> low_shift) & 15u;
-        lmh_u32 high = ((lmh_u32)b->qh[high_at + i] >> high_shift) & 3u;
-        w.v[i] = ds * lmh_int(low | (high << 4), 32u);
-    }
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = ds * lmh_int(lmh_byte(q, i), 32u);
     return w;
 }
 
@@ -451,35 +500,59 @@ LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh
     LMH_GLOBAL const lmh_block_iq4_xs *b = (LMH_GLOBAL const lmh_block_iq4_xs *)row + chunk;
     lmh_u32 j = lane >> 2;
     lmh_u32 low = ((lmh_u32)b->scales_l[j >> 1] >> ((j & 1u) << 2)) & 15u;
-    lmh_u32 high = (lmh_le16(b->scales_h) >> (j << 1)) & 3u;
-    float dl = lmh_f16(lmh_le16(b->d)) * lmh_int(low | (high << 4), 32u);
+    lmh_u32 high = (lmh_load16(b->scales_h) >> (j << 1)) & 3u;
+    float dl = lmh_f16(lmh_load16(b->d)) * lmh_int(low | (high << 4), 32u);
     lmh_u32 at = (j << 4) + ((lane & 1u) << 3);
     lmh_u32 shift = (lane & 2u) << 1;
+    lmh_bytes8 q = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x0F0F0F0Fu);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_iq4(((lmh_u32)b->qs[at + i] >> shift) & 15u);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_iq4(lmh_byte(q, i));
     return w;
 }
 
 // F32, F16, BF16: one value per block; values at or past `values` (the row's length) are
 // +0. F32 and BF16 weights pass their flush point; F16 ones are multiples of 2^-24.
-LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 type) {
+LMH_FN float lmh_dense_value(LMH_GLOBAL const lmh_u8 *p, lmh_u32 i, lmh_u32 type) {
+    if (type == LMH_TYPE_F32) return lmh_flush(lmh_load32(p + (i << 2)), LMH_DOT_OPERAND_MIN);
+    if (type == LMH_TYPE_F16) return lmh_f16(lmh_load16(p + (i << 1)));
+    return lmh_flush(lmh_load16(p + (i << 1)) << 16, LMH_DOT_OPERAND_MIN);
+}
+
+LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 whole, lmh_u32 type) {
     lmh_u32 first = (chunk << 8) + (lane << 3);
+    LMH_GLOBAL const lmh_u8 *p = row + ((lmh_u64)first << (type == LMH_TYPE_F32 ? 2u : 1u));
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) {
-        lmh_u32 e = first + i;
-        float v = 0.0f;
-        if (e < values) {
-            if (type == LMH_TYPE_F32) v = lmh_flush(lmh_le32(row + ((lmh_u64)e << 2)), LMH_DOT_OPERAND_MIN);
-            if (type == LMH_TYPE_F16) v = lmh_f16(lmh_le16(row + ((lmh_u64)e << 1)));
-            if (type == LMH_TYPE_BF16) v = lmh_flush(lmh_le16(row + ((lmh_u64)e << 1)) << 16, LMH_DOT_OPERAND_MIN);
-        }
-        w.v[i] = v;
+    if (whole != 0u || first + 8u <= values) { // as for activations: the rule, from one address
+        for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_dense_value(p, i, type);
+    } else {
+        for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = first + i < values ? lmh_dense_value(p, i, type) : 0.0f;
     }
     return w;
 }
 
+// Bytes of one chunk (256 values) of a row of `type`.
+LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
+    switch (type) {
+    case LMH_TYPE_F32: return 1024u;
+    case LMH_TYPE_F16:
+    case LMH_TYPE_BF16: return 512u;
+    case LMH_TYPE_Q4_0:
+    case LMH_TYPE_IQ4_NL: return 8u * sizeof(lmh_block_q4_0);
+    case LMH_TYPE_Q5_0: return 8u * sizeof(lmh_block_q5_0);
+    case LMH_TYPE_Q5_1: return 8u * sizeof(lmh_block_q5_1);
+    case LMH_TYPE_Q8_0: return 8u * sizeof(lmh_block_q8_0);
+    case LMH_TYPE_Q2_K: return sizeof(lmh_block_q2_k);
+    case LMH_TYPE_Q3_K: return sizeof(lmh_block_q3_k);
+    case LMH_TYPE_Q4_K: return sizeof(lmh_block_q4_k);
+    case LMH_TYPE_Q5_K: return sizeof(lmh_block_q5_k);
+    case LMH_TYPE_Q6_K: return sizeof(lmh_block_q6_k);
+    default: return sizeof(lmh_block_iq4_xs);
+    }
+}
+
 // `type` is a literal at every entry point, so inlining leaves one decoder per kernel.
-LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 values) {
+// `whole` (a literal) says the chunk holds all 8 of this lane's values.
+LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 whole) {
     switch (type) {
     case LMH_TYPE_Q4_0:
     case LMH_TYPE_IQ4_NL:
@@ -501,7 +574,7 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *row, lmh_u32 chu
     case LMH_TYPE_IQ4_XS:
         return lmh_decode_iq4_xs(row, chunk, lane);
     default:
-        return lmh_decode_dense(row, chunk, lane, values, type);
+        return lmh_decode_dense(row, chunk, lane, values, whole, type);
     }
 }
 
@@ -510,9 +583,29 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *row, lmh_u32 chu
 // strides over its work, so any grid gives the same result.
 
 // A lane's 8 activations from [first, first + 8) of a row of `values`, flushed; +0 past it.
-LMH_FN lmh_f8 lmh_load_activations(LMH_GLOBAL const lmh_u32 *row, lmh_u32 first, lmh_u32 values) {
+// All 8 in range is the rule (only a row's last lane can be short), so that case reads
+// from one address with no per-value test; `whole` (a literal) says it is the case. Rows of
+// a multiple of 4 values start 16-byte aligned (a matvec input is, checked when recorded),
+// and a lane's 8 start at a multiple of 8: two 16-byte loads, a quarter of the requests.
+LMH_FN lmh_f8 lmh_load_activations(LMH_GLOBAL const lmh_u32 *row, lmh_u32 first, lmh_u32 values, lmh_u32 whole) {
+    LMH_GLOBAL const lmh_u32 *p = row + first;
     lmh_f8 a;
-    for (lmh_u32 i = 0u; i < 8u; i++) a.v[i] = first + i < values ? lmh_flush(row[first + i], LMH_DOT_OPERAND_MIN) : 0.0f;
+    if ((whole != 0u || first + 8u <= values) && (values & 3u) == 0u) {
+        lmh_words4 lo = lmh_load_words4(p);
+        lmh_words4 hi = lmh_load_words4(p + 4);
+        a.v[0] = lmh_flush(lo.x, LMH_DOT_OPERAND_MIN);
+        a.v[1] = lmh_flush(lo.y, LMH_DOT_OPERAND_MIN);
+        a.v[2] = lmh_flush(lo.z, LMH_DOT_OPERAND_MIN);
+        a.v[3] = lmh_flush(lo.w, LMH_DOT_OPERAND_MIN);
+        a.v[4] = lmh_flush(hi.x, LMH_DOT_OPERAND_MIN);
+        a.v[5] = lmh_flush(hi.y, LMH_DOT_OPERAND_MIN);
+        a.v[6] = lmh_flush(hi.z, LMH_DOT_OPERAND_MIN);
+        a.v[7] = lmh_flush(hi.w, LMH_DOT_OPERAND_MIN);
+    } else if (whole != 0u || first + 8u <= values) {
+        for (lmh_u32 i = 0u; i < 8u; i++) a.v[i] = lmh_flush(p[i], LMH_DOT_OPERAND_MIN);
+    } else {
+        for (lmh_u32 i = 0u; i < 8u; i++) a.v[i] = first + i < values ? lmh_flush(p[i], LMH_DOT_OPERAND_MIN) : 0.0f;
+    }
     return a;
 }
 
@@ -526,7 +619,7 @@ LMH_FN void lmh_rms_norm(lmh_rms_norm_params p, LMH_GLOBAL const lmh_u32 *x, LMH
         LMH_GLOBAL lmh_u32 *yr = y + (lmh_u64)r * p.hidden;
         float acc = 0.0f;
         for (lmh_u32 first = lane << 3; first < p.hidden; first += 256u) {
-            lmh_f8 v = lmh_load_activations(xr, first, p.hidden);
+            lmh_f8 v = lmh_load_activations(xr, first, p.hidden, 0u);
             for (lmh_u32 i = 0u; i < 8u; i++) acc = lmh_fma(v.v[i], v.v[i], acc);
         }
         float sum_squares = lmh_butterfly(acc);
@@ -534,7 +627,7 @@ LMH_FN void lmh_rms_norm(lmh_rms_norm_params p, LMH_GLOBAL const lmh_u32 *x, LMH
         float v = mean + eps;
         float inv = lmh_as_uint(v) == LMH_POSITIVE_INF ? lmh_as_float(LMH_CANONICAL_NAN) : lmh_rsqrt(v);
         for (lmh_u32 first = lane << 3; first < p.hidden; first += 256u) {
-            lmh_f8 v8 = lmh_load_activations(xr, first, p.hidden);
+            lmh_f8 v8 = lmh_load_activations(xr, first, p.hidden, 0u);
             for (lmh_u32 i = 0u; i < 8u; i++) {
                 if (first + i >= p.hidden) break;
                 float t = v8.v[i] * inv;
@@ -545,44 +638,70 @@ LMH_FN void lmh_rms_norm(lmh_rms_norm_params p, LMH_GLOBAL const lmh_u32 *x, LMH
     }
 }
 
-// One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) against activation rows
-// [row0, +LMH_ROWS_PER_PASS); each decoded weight serves every row of the pass.
-LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 lane) {
-    float acc[LMH_VOCAB_ROWS_PER_SIMDGROUP][LMH_ROWS_PER_PASS];
-    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
-        for (lmh_u32 r = 0u; r < LMH_ROWS_PER_PASS; r++) acc[m][r] = 0.0f;
-    }
-    for (lmh_u32 c = 0u; c < p.chunks; c++) {
-        lmh_u32 at = (c << 8) + (lane << 3);
-        if (at >= p.hidden) break; // this lane's values have ended; the others' go on
-        lmh_f8 y[LMH_ROWS_PER_PASS];
-        for (lmh_u32 r = 0u; r < LMH_ROWS_PER_PASS; r++) {
-            if (row0 + r < p.rows) y[r] = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden);
-        }
+// A pass's accumulators, and the vocab rows it reads (a vocab row past the end is read as
+// the last one and never stored, so no branch stands between a chunk's loads).
+typedef struct { float v[LMH_VOCAB_ROWS_PER_SIMDGROUP][LMH_ROWS_PER_PASS]; } lmh_tile;
+typedef struct { LMH_GLOBAL const lmh_u8 *row[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } lmh_vocab_rows;
+
+// Chunk c of a pass, whose bytes in each vocab row start at vocab.row[m]: each decoded
+// weight serves every row of the pass. rows_per_pass and whole are literals at every call,
+// so the loops unroll and the arrays live in registers.
+LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 whole, lmh_u32 lane, lmh_tile acc) {
+    lmh_u32 at = (c << 8) + (lane << 3);
+    lmh_f8 wv[LMH_VOCAB_ROWS_PER_SIMDGROUP];
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) wv[m] = lmh_decode(type, vocab.row[m], 0u, lane, p.hidden - (c << 8), whole);
+    for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
+        lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, whole);
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
-            if (first + m >= p.vocab) break;
-            lmh_f8 wv = lmh_decode(type, w + (first + m) * p.row_bytes, c, lane, p.hidden);
-            for (lmh_u32 r = 0u; r < LMH_ROWS_PER_PASS; r++) {
-                if (row0 + r >= p.rows) break;
-                for (lmh_u32 i = 0u; i < 8u; i++) acc[m][r] = lmh_fma(wv.v[i], y[r].v[i], acc[m][r]);
-            }
+            for (lmh_u32 i = 0u; i < 8u; i++) acc.v[m][r] = lmh_fma(wv[m].v[i], y.v[i], acc.v[m][r]);
         }
     }
+    return acc;
+}
+
+// One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) against activation rows
+// [row0, +rows_per_pass), all of them present. The chunks every lane fills run without a
+// bounds test; a last, partial chunk (hidden not a multiple of 256) runs with one, and a
+// lane whose values have ended stops there.
+LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane) {
+    lmh_vocab_rows vocab;
+    lmh_tile acc;
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
-        for (lmh_u32 r = 0u; r < LMH_ROWS_PER_PASS; r++) {
-            if (first + m >= p.vocab || row0 + r >= p.rows) continue; // the same for every lane
-            float logit = lmh_butterfly(acc[m][r]);
-            if (lane == 0u) out[(lmh_u64)(row0 + r) * p.vocab + first + m] = lmh_as_uint(logit);
+        lmh_u64 j = first + m < p.vocab ? first + m : p.vocab - 1u;
+        vocab.row[m] = w + j * p.row_bytes;
+        for (lmh_u32 r = 0u; r < rows_per_pass; r++) acc.v[m][r] = 0.0f;
+    }
+    lmh_u32 whole_chunks = p.hidden >> 8;
+    for (lmh_u32 c = 0u; c < whole_chunks; c++) {
+        acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, c, 1u, lane, acc);
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += lmh_chunk_bytes(type);
+    }
+    if (whole_chunks < p.chunks && (whole_chunks << 8) + (lane << 3) < p.hidden) acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, whole_chunks, 0u, lane, acc);
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+        for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
+            float logit = lmh_butterfly(acc.v[m][r]);
+            if (lane == 0u && first + m < p.vocab) out[(lmh_u64)(row0 + r) * p.vocab + first + m] = lmh_as_uint(logit);
         }
     }
 }
 
 // NUMERICS.md §3: out[r, j] = the canonical dot product of row r of x (flushed) with
-// vocab row j of w, decoded as `type`.
+// vocab row j of w, decoded as `type`. Rows go LMH_ROWS_PER_PASS at a time, the rest in
+// passes of halving size, so no pass computes a row that is not there.
 LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
     lmh_u64 stride = (lmh_u64)simdgroups * LMH_VOCAB_ROWS_PER_SIMDGROUP;
     for (lmh_u64 first = (lmh_u64)simdgroup * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
-        for (lmh_u32 row0 = 0u; row0 < p.rows; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, x, w, out, first, row0, lane);
+        lmh_u32 row0 = 0u;
+        for (; p.rows - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, x, w, out, first, row0, LMH_ROWS_PER_PASS, lane);
+        if (LMH_ROWS_PER_PASS > 4u && p.rows - row0 >= 4u) {
+            lmh_matvec_pass(p, type, x, w, out, first, row0, 4u, lane);
+            row0 += 4u;
+        }
+        if (LMH_ROWS_PER_PASS > 2u && p.rows - row0 >= 2u) {
+            lmh_matvec_pass(p, type, x, w, out, first, row0, 2u, lane);
+            row0 += 2u;
+        }
+        if (LMH_ROWS_PER_PASS > 1u && p.rows - row0 >= 1u) lmh_matvec_pass(p, type, x, w, out, first, row0, 1u, lane);
     }
 }
 
@@ -602,13 +721,37 @@ LMH_FN void lmh_softcap(lmh_softcap_params p, LMH_GLOBAL lmh_u32 *data, lmh_u32 
     }
 }
 
-// counts[r] = the NaN and ±Inf values of row r: one simdgroup per row, an integer sum.
+// The sum of a lane's count over the simdgroup (integers: any order is exact).
+LMH_FN lmh_u32 lmh_simdgroup_sum(lmh_u32 count) {
+    for (lmh_u32 mask = 16u; mask > 0u; mask >>= 1) count += lmh_shuffle_xor(count, mask);
+    return count;
+}
+
+// counts[r·segments + k] = the NaN and ±Inf values of segment k of row r (values 32k + lane
+// + 32·segments·i), one simdgroup per segment; segments is a power of two, and with one,
+// counts[r] is the row's count. More segments give a long row to more simdgroups, so a GPU
+// scans it in parallel; lmh_sum_segments adds them up.
 LMH_FN void lmh_count_non_finite(lmh_count_non_finite_params p, LMH_GLOBAL const lmh_u32 *data, LMH_GLOBAL lmh_u32 *counts, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
-    for (lmh_u32 r = simdgroup; r < p.rows; r += simdgroups) {
-        LMH_GLOBAL const lmh_u32 *row = data + (lmh_u64)r * p.row_values;
+    lmh_u32 shift = 0u;
+    while ((1u << shift) < p.segments) shift++;
+    lmh_u64 stride = (lmh_u64)p.segments << 5;
+    for (lmh_u64 g = simdgroup; g < ((lmh_u64)p.rows << shift); g += simdgroups) {
+        LMH_GLOBAL const lmh_u32 *row = data + (g >> shift) * p.row_values;
         lmh_u32 count = 0u;
-        for (lmh_u64 i = lane; i < p.row_values; i += 32u) count += (row[i] & LMH_POSITIVE_INF) == LMH_POSITIVE_INF ? 1u : 0u;
-        for (lmh_u32 mask = 16u; mask > 0u; mask >>= 1) count += lmh_shuffle_xor(count, mask);
+        for (lmh_u64 i = ((g & (p.segments - 1u)) << 5) + lane; i < p.row_values; i += stride) count += (row[i] & LMH_POSITIVE_INF) == LMH_POSITIVE_INF ? 1u : 0u;
+        count = lmh_simdgroup_sum(count);
+        if (lane == 0u) counts[g] = count;
+    }
+}
+
+// counts[r] = the sum of partials[r·segments, +segments) (lmh_count_non_finite's partial
+// counts), one simdgroup per row.
+LMH_FN void lmh_sum_segments(lmh_count_non_finite_params p, LMH_GLOBAL const lmh_u32 *partials, LMH_GLOBAL lmh_u32 *counts, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    for (lmh_u32 r = simdgroup; r < p.rows; r += simdgroups) {
+        LMH_GLOBAL const lmh_u32 *row = partials + (lmh_u64)r * p.segments;
+        lmh_u32 count = 0u;
+        for (lmh_u32 k = lane; k < p.segments; k += 32u) count += row[k];
+        count = lmh_simdgroup_sum(count);
         if (lane == 0u) counts[r] = count;
     }
 }

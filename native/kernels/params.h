@@ -28,12 +28,13 @@ typedef struct {
 typedef struct {
     lmh_u32 rows;
     lmh_u32 row_values;
+    lmh_u32 segments; // partial counts per row (1: counts[r] is the row's count)
 } lmh_count_non_finite_params;
 
 LMH_STATIC_ASSERT(sizeof(lmh_rms_norm_params) == 16, "RmsNorm is 16 bytes");
 LMH_STATIC_ASSERT(sizeof(lmh_matvec_params) == 24, "Matvec is 24 bytes");
 LMH_STATIC_ASSERT(sizeof(lmh_softcap_params) == 16, "Softcap is 16 bytes");
-LMH_STATIC_ASSERT(sizeof(lmh_count_non_finite_params) == 8, "CountNonFinite is 8 bytes");
+LMH_STATIC_ASSERT(sizeof(lmh_count_non_finite_params) == 12, "CountNonFinite is 12 bytes");
 // NVRTC has no offsetof (neither __builtin_offsetof nor <cstddef>), so the CUDA prelude
 // defines no LMH_OFFSETOF; the host build (the emulator's layout test) checks the offsets.
 #ifdef LMH_OFFSETOF
@@ -44,4 +45,5 @@ LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_matvec_params, chunks) == 20, "Matvec.chunks 
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_softcap_params, cap) == 8, "Softcap.cap at 8");
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_softcap_params, inv_cap) == 12, "Softcap.inv_cap at 12");
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_count_non_finite_params, row_values) == 4, "CountNonFinite.row_values at 4");
+LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_count_non_finite_params, segments) == 8, "CountNonFinite.segments at 8");
 #endif

@@ -33,14 +33,17 @@ pub const Softcap = extern struct {
 };
 
 /// counts[r] = the number of NaN or ±Inf values in row r of `rows` rows of `row_values` f32.
+/// A GPU backend may split each row into `segments` (counts then holds rows × segments
+/// partial counts, which a second kernel sums); the session always records 1.
 pub const CountNonFinite = extern struct {
     rows: u32,
     row_values: u32,
+    segments: u32 = 1,
 };
 
 comptime {
     std.debug.assert(@sizeOf(RmsNorm) == 16);
     std.debug.assert(@sizeOf(Matvec) == 24);
     std.debug.assert(@sizeOf(Softcap) == 16 and @offsetOf(Softcap, "cap") == 8);
-    std.debug.assert(@sizeOf(CountNonFinite) == 8);
+    std.debug.assert(@sizeOf(CountNonFinite) == 12);
 }

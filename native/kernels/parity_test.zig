@@ -18,6 +18,10 @@ const abi = @import("../root.zig");
 pub const batch_sizes = [_]u32{ 1, 2, 3, 5, 8, 9, 17, 33 };
 pub const pool_rows = 33;
 const vocab = 37; // no multiple of either tuning's vocab rows per simdgroup
+/// As the library's buffers are (root.zig checks activations at 16 bytes, weights at 4):
+/// the emulator traps a load a GPU could not make.
+const gpu_alignment = 16;
+const max_emulated_rows = pool_rows;
 
 /// One head and a pool of hidden rows that batches are drawn from.
 pub const Case = struct {
@@ -25,7 +29,7 @@ pub const Case = struct {
     hidden: u32,
     eps: f32,
     cap: f32,
-    weights: []u8,
+    weights: []align(gpu_alignment) u8,
     norm: []f32,
     pool: []f32,
 
@@ -36,8 +40,8 @@ pub const Case = struct {
     }
 
     /// Rows `order` of the pool, in that order.
-    pub fn batch(case: *const Case, allocator: std.mem.Allocator, order: []const u32) ![]f32 {
-        const x = try allocator.alloc(f32, order.len * case.hidden);
+    pub fn batch(case: *const Case, allocator: std.mem.Allocator, order: []const u32) ![]align(gpu_alignment) f32 {
+        const x = try allocator.alignedAlloc(f32, .fromByteUnits(gpu_alignment), order.len * case.hidden);
         for (order, 0..) |row, slot| @memcpy(x[slot * case.hidden ..][0..case.hidden], case.pool[row * case.hidden ..][0..case.hidden]);
         return x;
     }
@@ -86,9 +90,9 @@ fn denseWeight(random: std.Random) f32 {
     };
 }
 
-fn makeWeights(allocator: std.mem.Allocator, random: std.Random, t: formats.Type, hidden: u32) ![]u8 {
+fn makeWeights(allocator: std.mem.Allocator, random: std.Random, t: formats.Type, hidden: u32) ![]align(gpu_alignment) u8 {
     const row_bytes: usize = @intCast(formats.rowBytes(t, hidden).?);
-    const weights = try allocator.alloc(u8, row_bytes * vocab);
+    const weights = try allocator.alignedAlloc(u8, .fromByteUnits(gpu_alignment), row_bytes * vocab);
     for (0..vocab) |j| {
         const row = weights[j * row_bytes ..][0..row_bytes];
         if (formats.format(@intFromEnum(t)).?.block_values > 1) {
@@ -134,13 +138,13 @@ pub fn makeCase(allocator: std.mem.Allocator, random: std.Random, t: formats.Typ
 /// What a head call computes at each step: the norm's output, the raw logits, the
 /// softcapped logits and each row's count of non-finite values.
 pub const Outputs = struct {
-    y: []f32,
+    y: []align(gpu_alignment) f32,
     logits: []f32,
     capped: []f32,
     counts: []u32,
 
     fn init(allocator: std.mem.Allocator, hidden: u32, rows: usize) !Outputs {
-        const y = try allocator.alloc(f32, rows * hidden);
+        const y = try allocator.alignedAlloc(f32, .fromByteUnits(gpu_alignment), rows * hidden);
         errdefer allocator.free(y);
         const logits = try allocator.alloc(f32, rows * vocab);
         errdefer allocator.free(logits);
@@ -245,6 +249,14 @@ fn runEmulator(comptime E: type, allocator: std.mem.Allocator, case: *const Case
     try E.dispatch(try E.kernel("softcap_f32"), &softcap, &.{ptr(out.capped)}, grid);
     const count: params.CountNonFinite = .{ .rows = rows, .row_values = vocab };
     try E.dispatch(try E.kernel("count_non_finite_f32"), &count, &.{ ptr(out.capped), ptr(out.counts) }, grid);
+    // As a GPU backend splits it: rows into segments, then their sum, the same counts.
+    const split: params.CountNonFinite = .{ .rows = rows, .row_values = vocab, .segments = 4 };
+    var partials: [4 * max_emulated_rows]u32 = undefined;
+    var summed: [max_emulated_rows]u32 = undefined;
+    std.debug.assert(rows <= max_emulated_rows);
+    try E.dispatch(try E.kernel("count_non_finite_f32"), &split, &.{ ptr(out.capped), ptr(&partials) }, grid);
+    try E.dispatch(try E.kernel("sum_segments_u32"), &split, &.{ ptr(&partials), ptr(&summed) }, grid);
+    try std.testing.expectEqualSlices(u32, out.counts, summed[0..rows]);
     return out;
 }
 

@@ -337,6 +337,7 @@ fn dispatch(command: Command) void {
             engine.pool.runWork(&job, k.softcap);
         },
         .count_non_finite => |c| {
+            std.debug.assert(c.params.segments == 1); // segments are a GPU backend's choice
             std.debug.assert(c.data.bytes >= @as(u64, c.params.rows) * c.params.row_values * 4 and c.counts.bytes >= @as(u64, c.params.rows) * 4);
             var job: kernels.CountJob = .{ .data = f32s(c.data).ptr, .counts = u32s(c.counts).ptr, .p = c.params };
             engine.pool.runWork(&job, k.count_non_finite);

@@ -6,6 +6,7 @@ const std = @import("std");
 const status = @import("../../core/status.zig");
 const contract = @import("../backend.zig");
 const formats = @import("../../numerics/formats.zig");
+const params = @import("../../kernels/params.zig");
 const driver = @import("driver.zig");
 const module = @import("module.zig");
 const Command = contract.Command;
@@ -16,13 +17,24 @@ const fail = status.fail;
 /// tuning macros of kernels.h are passed to NVRTC, so host and kernels agree.
 const warps_per_block = 4;
 const threads_per_block = 32 * warps_per_block;
-/// Vocab rows one warp computes (they share each activation load) and activation rows one
-/// pass shares each decoded weight with.
-const vocab_rows_per_warp = 4;
-const rows_per_pass = 4;
+/// Activation rows one pass shares each decoded weight with: one module per size, so a
+/// call of N rows runs the kernel whose registers fit N (passIndex) and one row keeps the
+/// occupancy that bandwidth needs.
+pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
+/// Vocab rows one warp computes per pass size: they share each activation load, and more
+/// of them keep more weight bytes in flight. Measured on an H200 (README): 8 beat 4 at 1, 2
+/// and 8 rows per pass, 4 beat 8 at 4. `LMHEAD_CUDA_VOCAB_ROWS` sets one value for all
+/// (tuning runs).
+pub const vocab_rows_per_warp = [pass_sizes.len]u32{ 8, 8, 4, 8 };
+
+fn passIndex(rows: u32) usize {
+    return if (rows >= 5) 3 else if (rows >= 3) 2 else rows - 1;
+}
 /// Pinned staging: uploads alternate between two buffers so the host fills one while the
 /// other is copied; downloads use the first.
 const staging_bytes = 16 << 20;
+/// Segments a row of a non-finite count is split into at most (a power of two).
+const max_segments = 256;
 /// The largest kernel parameter: the params structs of kernels/params.zig.
 const max_argument_bytes = 32;
 
@@ -45,10 +57,11 @@ const Kernels = struct {
     rms_norm: driver.Function,
     softcap: driver.Function,
     count_non_finite: driver.Function,
+    sum_segments: driver.Function,
     probe_read: driver.Function,
     probe_fma: driver.Function,
-    /// By the type's index in formats.all.
-    matvec: [formats.all.len]driver.Function,
+    /// By pass size (pass_sizes), then the type's index in formats.all.
+    matvec: [pass_sizes.len][formats.all.len]driver.Function,
 };
 
 pub const Backend = struct {
@@ -57,12 +70,17 @@ pub const Backend = struct {
     device: driver.Device,
     context: driver.Context,
     stream: driver.Stream = null,
-    module: driver.Module = null,
+    modules: [pass_sizes.len]driver.Module = @splat(null),
     kernels: Kernels = undefined,
+    /// Around each execute's launches, for the device time it reports.
+    timing: [2]driver.Event = .{ null, null },
+    /// The partial counts of a non-finite count split into segments, grown on demand.
+    partials: Memory = .{ .pointer = 0, .bytes = 0 },
     staging: [2][*]u8 = undefined,
     staging_free: [2]driver.Event = .{ null, null },
     /// The stream and the staging buffers serve one call at a time.
     lock: std.c.pthread_mutex_t = .{},
+    vocab_rows: [pass_sizes.len]u32 = vocab_rows_per_warp,
     gpu_name: [96]u8 = @splat(0),
     arch: u32 = 0,
     multiprocessors: u32 = 0,
@@ -114,39 +132,58 @@ pub const Backend = struct {
             s.* = @ptrCast(host.?);
             try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
         }
+        for (&backend.timing) |*e| try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
         const ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
-        const image = try module.cubin(nvrtc, .{ .arch = backend.arch, .ftz = ftz, .defines = &.{
-            .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows_per_warp },
-            .{ "LMH_ROWS_PER_PASS", rows_per_pass },
-        } });
-        defer std.heap.c_allocator.free(image);
-        try cuda.check(cuda.cuModuleLoadData(&backend.module, image.ptr), "cuModuleLoadData");
+        if (std.c.getenv("LMHEAD_CUDA_VOCAB_ROWS")) |v| {
+            const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch 0;
+            if (n < 1 or n > 16) return fail(error.InvalidArgument, "LMHEAD_CUDA_VOCAB_ROWS={s}: expected 1 to 16", .{v});
+            backend.vocab_rows = @splat(n);
+        }
+        for (pass_sizes, backend.vocab_rows, &backend.modules) |rows, vocab_rows, *m| {
+            const image = try module.cubin(nvrtc, .{ .arch = backend.arch, .ftz = ftz, .defines = &.{
+                .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows },
+                .{ "LMH_ROWS_PER_PASS", rows },
+            } });
+            defer std.heap.c_allocator.free(image);
+            try cuda.check(cuda.cuModuleLoadData(m, image.ptr), "cuModuleLoadData");
+        }
         try backend.findKernels();
     }
 
-    /// The entry points by the registry's kernel names (entries.cu), and the probes.
+    /// The entry points by the registry's kernel names (entries.cu), and the probes; the
+    /// kernels other than matvec are the same in every module.
     fn findKernels(backend: *Backend) Error!void {
         const k = &backend.kernels;
-        k.rms_norm = try backend.function("rms_norm_f32");
-        k.softcap = try backend.function("softcap_f32");
-        k.count_non_finite = try backend.function("count_non_finite_f32");
-        k.probe_read = try backend.function("lmh_probe_read");
-        k.probe_fma = try backend.function("lmh_probe_fma");
-        inline for (formats.all, 0..) |f, t| {
-            if (f.head) k.matvec[t] = try backend.function("matvec_" ++ f.name ++ "_f32");
+        const first = backend.modules[0];
+        k.rms_norm = try backend.function(first, "rms_norm_f32");
+        k.softcap = try backend.function(first, "softcap_f32");
+        k.count_non_finite = try backend.function(first, "count_non_finite_f32");
+        k.sum_segments = try backend.function(first, "sum_segments_u32");
+        k.probe_read = try backend.function(first, "lmh_probe_read");
+        k.probe_fma = try backend.function(first, "lmh_probe_fma");
+        for (backend.modules, &k.matvec) |m, *by_type| {
+            inline for (formats.all, 0..) |f, t| {
+                if (f.head) by_type[t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
+            }
         }
     }
 
-    fn function(backend: *Backend, comptime entry: [:0]const u8) Error!driver.Function {
+    fn function(backend: *Backend, m: driver.Module, comptime entry: [:0]const u8) Error!driver.Function {
         var f: driver.Function = null;
-        try backend.cuda.check(backend.cuda.cuModuleGetFunction(&f, backend.module, entry), "cuModuleGetFunction(" ++ entry ++ ")");
+        try backend.cuda.check(backend.cuda.cuModuleGetFunction(&f, m, entry), "cuModuleGetFunction(" ++ entry ++ ")");
         return f;
     }
 
     pub fn destroy(backend: *Backend) void {
         const cuda = backend.cuda;
         _ = cuda.cuCtxSetCurrent(backend.context);
-        if (backend.module != null) _ = cuda.cuModuleUnload(backend.module);
+        for (backend.modules) |m| if (m != null) {
+            _ = cuda.cuModuleUnload(m);
+        };
+        for (backend.timing) |e| if (e != null) {
+            _ = cuda.cuEventDestroy_v2(e);
+        };
+        if (backend.partials.bytes != 0) _ = cuda.cuMemFree_v2(backend.partials.pointer);
         for (backend.staging_free, 0..) |e, i| if (e != null) {
             _ = cuda.cuEventDestroy_v2(e);
             _ = cuda.cuMemFreeHost(backend.staging[i]);
@@ -248,15 +285,20 @@ pub const Backend = struct {
         }
     }
 
-    /// Launches the commands in order on the device's one stream and waits once. A barrier
-    /// needs no work: on one stream a launch starts after the previous one's writes land.
-    /// (No device time yet: CUDA events around the launches would give it.)
+    /// Launches the commands in order on the device's one stream and waits once; returns
+    /// the device time between events recorded around them. A barrier needs no work: on one
+    /// stream a launch starts after the previous one's writes land.
     pub fn execute(backend: *Backend, commands: []const Command) Error!?u64 {
         try backend.enter();
         defer backend.leave();
+        const cuda = backend.cuda;
+        try cuda.check(cuda.cuEventRecord(backend.timing[0], backend.stream), "cuEventRecord");
         for (commands) |command| try backend.encode(command);
-        try backend.cuda.check(backend.cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
-        return null;
+        try cuda.check(cuda.cuEventRecord(backend.timing[1], backend.stream), "cuEventRecord");
+        try cuda.check(cuda.cuEventSynchronize(backend.timing[1]), "cuEventSynchronize");
+        var ms: f32 = 0;
+        try cuda.check(cuda.cuEventElapsedTime(&ms, backend.timing[0], backend.timing[1]), "cuEventElapsedTime");
+        return @intFromFloat(@max(ms, 0) * 1e6);
     }
 
     fn encode(backend: *Backend, command: Command) Error!void {
@@ -265,15 +307,38 @@ pub const Backend = struct {
             .barrier => {},
             .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
             .matvec => |c| {
-                const grid = warpGrid(c.params.vocab, vocab_rows_per_warp);
-                try backend.launch(k.matvec[formatIndex(c.params.type_id)], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
+                const pass = passIndex(c.params.rows);
+                const grid = warpGrid(c.params.vocab, backend.vocab_rows[pass]);
+                try backend.launch(k.matvec[pass][formatIndex(c.params.type_id)], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
             .softcap => |c| {
                 const blocks = @min(std.math.divCeil(u64, c.params.values, threads_per_block) catch unreachable, 32 * @as(u64, backend.multiprocessors));
                 try backend.launch(k.softcap, @intCast(blocks), threads_per_block, .{ c.params, pointer(c.data) });
             },
-            .count_non_finite => |c| try backend.launch(k.count_non_finite, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.data), pointer(c.counts) }),
+            .count_non_finite => |c| try backend.countNonFinite(c.params, pointer(c.data), pointer(c.counts)),
         }
+    }
+
+    /// A row of logits is long (vocab values): one warp per row would scan it alone, so each
+    /// row is split into segments, a warp each, enough for the whole GPU, whose partial
+    /// counts a second kernel sums. Integer counts: the split changes no result.
+    fn countNonFinite(backend: *Backend, p: params.CountNonFinite, data: driver.DevicePointer, counts: driver.DevicePointer) Error!void {
+        std.debug.assert(p.segments == 1);
+        const warps_wanted = 16 * backend.multiprocessors * warps_per_block;
+        var segments: u32 = 1;
+        while (segments < max_segments and @as(u64, p.rows) * segments < warps_wanted and @as(u64, segments) * 32 * 64 < p.row_values) segments *= 2;
+        if (segments == 1) return backend.launch(backend.kernels.count_non_finite, warpGrid(p.rows, 1), threads_per_block, .{ p, data, counts });
+        const bytes = @as(u64, p.rows) * segments * 4;
+        if (backend.partials.bytes < bytes) {
+            if (backend.partials.bytes != 0) _ = backend.cuda.cuMemFree_v2(backend.partials.pointer);
+            backend.partials = .{ .pointer = 0, .bytes = 0 };
+            try backend.cuda.check(backend.cuda.cuMemAlloc_v2(&backend.partials.pointer, @intCast(bytes)), "cuMemAlloc");
+            backend.partials.bytes = bytes;
+        }
+        var split = p;
+        split.segments = segments;
+        try backend.launch(backend.kernels.count_non_finite, warpGrid(p.rows * segments, 1), threads_per_block, .{ split, data, backend.partials.pointer });
+        try backend.launch(backend.kernels.sum_segments, warpGrid(p.rows, 1), threads_per_block, .{ split, backend.partials.pointer, counts });
     }
 
     /// One launch: `args` are the kernel's parameters by value, in order.

@@ -23,6 +23,12 @@ extern "C" __global__ void count_non_finite_f32(lmh_count_non_finite_params p, c
     lmh_count_non_finite(p, data, counts, simdgroup, simdgroups, lane);
 }
 
+// The backend's second step of a count split into segments (not a registry kernel).
+extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const lmh_u32 *partials, lmh_u32 *counts) {
+    LMH_CUDA_IDS
+    lmh_sum_segments(p, partials, counts, simdgroup, simdgroups, lane);
+}
+
 #define LMH_CUDA_MATVEC(name, type)                                                                            \
     extern "C" __global__ void matvec_##name##_f32(lmh_matvec_params p, const lmh_u32 *x, const lmh_u8 *w, lmh_u32 *out) { \
         LMH_CUDA_IDS                                                                                           \

@@ -25,6 +25,35 @@ LMH_FN float lmh_fma(float a, float b, float c) {
     return __fmaf_rn(a, b, c);
 }
 
+// f16 bits to f32 by the hardware conversion: exact (an f16 subnormal is a normal f32), and
+// cvt without .ftz keeps f16 subnormals whatever --ftz says. kernels.h's lmh_f16 uses it.
+// (Device code only: the host syntax check keeps the portable definition.)
+#ifdef __CUDA_ARCH__
+LMH_FN float lmh_cuda_f16_to_f32(lmh_u32 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+}
+#define LMH_F16_TO_F32 lmh_cuda_f16_to_f32
+#endif
+
+// Aligned little-endian loads from a byte buffer: p is even for lmh_load16 and a multiple
+// of 4 for lmh_load32 (kernels.h says why each address is).
+LMH_FN lmh_u32 lmh_load16(const lmh_u8 *p) {
+    return *(const unsigned short *)p;
+}
+
+LMH_FN lmh_u32 lmh_load32(const lmh_u8 *p) {
+    return *(const lmh_u32 *)p;
+}
+
+// Four words from a 16-byte aligned address, in one load.
+typedef uint4 lmh_words4;
+
+LMH_FN lmh_words4 lmh_load_words4(const lmh_u32 *p) {
+    return *(const uint4 *)p;
+}
+
 // All 32 lanes of the warp take part in every shuffle (the kernels never diverge around one).
 LMH_FN lmh_u32 lmh_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
     return __shfl_xor_sync(0xFFFFFFFFu, bits, (int)mask);

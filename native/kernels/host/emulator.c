@@ -66,6 +66,12 @@ static void run_count_non_finite(const void *params, void *const *buffers, lmh_u
     lmh_count_non_finite(p, (const lmh_u32 *)buffers[0], (lmh_u32 *)buffers[1], simdgroup, simdgroups, lane);
 }
 
+static void run_sum_segments(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_count_non_finite_params p;
+    memcpy(&p, params, sizeof p);
+    lmh_sum_segments(p, (const lmh_u32 *)buffers[0], (lmh_u32 *)buffers[1], simdgroup, simdgroups, lane);
+}
+
 #define LMH_MATVEC_ENTRY(name, type)                                                                                      \
     static void run_matvec_##name(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) { \
         lmh_matvec_params p;                                                                                              \
@@ -111,6 +117,7 @@ static const lmh_kernel kernels[] = {
     { "rms_norm_f32", sizeof(lmh_rms_norm_params), 3, no_type, run_rms_norm },
     { "softcap_f32", sizeof(lmh_softcap_params), 1, no_type, run_softcap },
     { "count_non_finite_f32", sizeof(lmh_count_non_finite_params), 2, no_type, run_count_non_finite },
+    { "sum_segments_u32", sizeof(lmh_count_non_finite_params), 2, no_type, run_sum_segments },
     LMH_HEAD_TYPES(LMH_MATVEC_KERNEL)
     { "emulator_shuffles", sizeof(lmh_u32), 1, no_type, run_shuffles },
     { "emulator_diverges", sizeof(lmh_u32), 1, no_type, run_diverges },
@@ -298,6 +305,7 @@ static const lmh_layout_entry layout[] = {
     LMH_SIZE("CountNonFinite", lmh_count_non_finite_params),
     LMH_FIELD("CountNonFinite", lmh_count_non_finite_params, rows),
     LMH_FIELD("CountNonFinite", lmh_count_non_finite_params, row_values),
+    LMH_FIELD("CountNonFinite", lmh_count_non_finite_params, segments),
     LMH_SIZE("Q4_0", lmh_block_q4_0),
     LMH_FIELD("Q4_0", lmh_block_q4_0, d),
     LMH_FIELD("Q4_0", lmh_block_q4_0, qs),

@@ -28,6 +28,28 @@ LMH_FN float lmh_fma(float a, float b, float c) {
     return __builtin_fmaf(a, b, c);
 }
 
+// Little-endian loads from a byte buffer. The GPUs need p even for lmh_load16 and a
+// multiple of 4 for lmh_load32; the host would not, so the emulator traps a misaligned
+// address here and CI catches what a GPU would fault on.
+LMH_FN lmh_u32 lmh_load16(const lmh_u8 *p) {
+    if (((unsigned long long)p & 1u) != 0u) __builtin_trap();
+    return (lmh_u32)p[0] | ((lmh_u32)p[1] << 8);
+}
+
+LMH_FN lmh_u32 lmh_load32(const lmh_u8 *p) {
+    if (((unsigned long long)p & 3u) != 0u) __builtin_trap();
+    return lmh_load16(p) | (lmh_load16(p + 2) << 16);
+}
+
+// Four words from a 16-byte aligned address (one load on a GPU).
+typedef struct { lmh_u32 x, y, z, w; } lmh_words4;
+
+LMH_FN lmh_words4 lmh_load_words4(const lmh_u32 *p) {
+    if (((unsigned long long)p & 15u) != 0u) __builtin_trap();
+    lmh_words4 r = { p[0], p[1], p[2], p[3] };
+    return r;
+}
+
 // The emulator's rendezvous (emulator.c): every lane publishes its bits, then each reads
 // its partner's.
 static lmh_u32 lmh_emulator_shuffle_xor(lmh_u32 bits, lmh_u32 mask);

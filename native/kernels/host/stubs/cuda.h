@@ -14,3 +14,6 @@ unsigned int __float_as_uint(float value);
 float __uint_as_float(unsigned int bits);
 float __fmaf_rn(float a, float b, float c);
 unsigned int __shfl_xor_sync(unsigned int members, unsigned int value, int lane_mask);
+struct uint4 {
+    unsigned int x, y, z, w;
+};
