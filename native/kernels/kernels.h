@@ -264,7 +264,8 @@ LMH_STATIC_ASSERT(sizeof(lmh_block_iq4_xs) == 136, "IQ4_XS block");
 // Loads. Every block size is even and every field a lane reads as more than one byte starts
 // at an even offset of its block; rows start at multiples of the (even) row size from a
 // weight buffer 4-byte aligned (checked when the matvec is recorded); so lmh_load16 is
-// always aligned, and lmh_load32 is used only for F32 rows.
+// always aligned, and lmh_load32 is used for F32 rows and at offsets that are multiples of
+// 4 in blocks whose size is one (Q2_K, Q4_K, Q5_K, IQ4_XS).
 
 // A 4-byte field at an even offset.
 LMH_FN lmh_u32 lmh_le32(LMH_GLOBAL const lmh_u8 *p) {
@@ -278,6 +279,15 @@ LMH_FN lmh_bytes8 lmh_load_bytes8(LMH_GLOBAL const lmh_u8 *p) {
     lmh_bytes8 b;
     b.lo = lmh_le32(p);
     b.hi = lmh_le32(p + 4);
+    return b;
+}
+
+// The same from p a multiple of 4 (blocks of Q2_K, Q4_K, Q5_K and IQ4_XS, whose sizes are
+// multiples of 4): two loads.
+LMH_FN lmh_bytes8 lmh_load_words8(LMH_GLOBAL const lmh_u8 *p) {
+    lmh_bytes8 b;
+    b.lo = lmh_load32(p);
+    b.hi = lmh_load32(p + 4);
     return b;
 }
 
@@ -390,11 +400,12 @@ LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
 LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
     LMH_GLOBAL const lmh_block_q2_k *b = (LMH_GLOBAL const lmh_block_q2_k *)row + chunk;
     lmh_u32 sc = b->scales[lane >> 1];
-    float dl = lmh_f16(lmh_load16(b->d)) * lmh_int(sc & 15u, 0u);
-    float ml = lmh_f16(lmh_load16(b->dmin)) * lmh_int(sc >> 4, 0u);
+    lmh_u32 d_dmin = lmh_load32(b->d); // d, then dmin
+    float dl = lmh_f16(d_dmin & 0xFFFFu) * lmh_int(sc & 15u, 0u);
+    float ml = lmh_f16(d_dmin >> 16) * lmh_int(sc >> 4, 0u);
     lmh_u32 at = ((lane >> 4) << 5) + ((lane & 3u) << 3);
     lmh_u32 shift = ((lane >> 2) & 3u) << 1;
-    lmh_bytes8 q = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x03030303u);
+    lmh_bytes8 q = lmh_bits(lmh_load_words8(b->qs + at), shift, 0x03030303u);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(dl, lmh_int(lmh_byte(q, i), 0u), -ml);
     return w;
@@ -421,16 +432,16 @@ LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
 // Q4_K/Q5_K 6-bit scale (sc) and min (m) of sub-block j (ggml get_scale_min_k4), as floats.
 typedef struct { float sc; float m; } lmh_scale_min;
 
+// The 12 scale bytes are three words: with k = j mod 4, a = s[k], b = s[k + 4], c = s[k + 8].
+// For j < 4 sc = a & 63 and m = b & 63; else sc = (c & 15) | (a >> 6) << 4 and
+// m = (c >> 4) | (b >> 6) << 4 (s[j + 4] = c, s[j − 4] = a, s[j] = b).
 LMH_FN lmh_scale_min lmh_k4_scale_min(LMH_GLOBAL const lmh_u8 *s, lmh_u32 j) {
-    lmh_u32 sc;
-    lmh_u32 m;
-    if (j < 4u) {
-        sc = (lmh_u32)s[j] & 63u;
-        m = (lmh_u32)s[j + 4u] & 63u;
-    } else {
-        sc = ((lmh_u32)s[j + 4u] & 15u) | (((lmh_u32)s[j - 4u] >> 6) << 4);
-        m = ((lmh_u32)s[j + 4u] >> 4) | (((lmh_u32)s[j] >> 6) << 4);
-    }
+    lmh_u32 k = (j & 3u) << 3;
+    lmh_u32 a = (lmh_load32(s) >> k) & 0xFFu;
+    lmh_u32 b = (lmh_load32(s + 4) >> k) & 0xFFu;
+    lmh_u32 c = (lmh_load32(s + 8) >> k) & 0xFFu;
+    lmh_u32 sc = j < 4u ? a & 63u : (c & 15u) | ((a >> 6) << 4);
+    lmh_u32 m = j < 4u ? b & 63u : (c >> 4) | ((b >> 6) << 4);
     lmh_scale_min r;
     r.sc = lmh_int(sc, 0u);
     r.m = lmh_int(m, 0u);
@@ -442,33 +453,31 @@ LMH_FN lmh_scale_min lmh_k4_scale_min(LMH_GLOBAL const lmh_u8 *s, lmh_u32 j) {
 // e >> 5; Q5_K's fifth bit is bit e >> 5 of qh[e % 32].
 LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 type) {
     LMH_GLOBAL const lmh_u8 *d;
-    LMH_GLOBAL const lmh_u8 *dmin;
     LMH_GLOBAL const lmh_u8 *scales;
     LMH_GLOBAL const lmh_u8 *qs;
     LMH_GLOBAL const lmh_u8 *qh = 0;
     if (type == LMH_TYPE_Q4_K) {
         LMH_GLOBAL const lmh_block_q4_k *b = (LMH_GLOBAL const lmh_block_q4_k *)row + chunk;
         d = b->d;
-        dmin = b->dmin;
         scales = b->scales;
         qs = b->qs;
     } else {
         LMH_GLOBAL const lmh_block_q5_k *b = (LMH_GLOBAL const lmh_block_q5_k *)row + chunk;
         d = b->d;
-        dmin = b->dmin;
         scales = b->scales;
         qs = b->qs;
         qh = b->qh;
     }
     lmh_u32 j = lane >> 2;
     lmh_scale_min sm = lmh_k4_scale_min(scales, j);
-    float d1 = lmh_f16(lmh_load16(d)) * sm.sc;
-    float m1 = lmh_f16(lmh_load16(dmin)) * sm.m;
+    lmh_u32 d_dmin = lmh_load32(d); // d, then dmin
+    float d1 = lmh_f16(d_dmin & 0xFFFFu) * sm.sc;
+    float m1 = lmh_f16(d_dmin >> 16) * sm.m;
     lmh_u32 first = (lane & 3u) << 3;
     lmh_u32 at = ((lane >> 3) << 5) + first;
     lmh_u32 shift = ((lane >> 2) & 1u) << 2;
-    lmh_bytes8 q = lmh_bits(lmh_load_bytes8(qs + at), shift, 0x0F0F0F0Fu);
-    if (type == LMH_TYPE_Q5_K) q = lmh_merge(q, lmh_bits(lmh_load_bytes8(qh + first), j, 0x01010101u), 4u);
+    lmh_bytes8 q = lmh_bits(lmh_load_words8(qs + at), shift, 0x0F0F0F0Fu);
+    if (type == LMH_TYPE_Q5_K) q = lmh_merge(q, lmh_bits(lmh_load_words8(qh + first), j, 0x01010101u), 4u);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(d1, lmh_int(lmh_byte(q, i), 0u), -m1);
     return w;
@@ -499,12 +508,13 @@ LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
 LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
     LMH_GLOBAL const lmh_block_iq4_xs *b = (LMH_GLOBAL const lmh_block_iq4_xs *)row + chunk;
     lmh_u32 j = lane >> 2;
-    lmh_u32 low = ((lmh_u32)b->scales_l[j >> 1] >> ((j & 1u) << 2)) & 15u;
-    lmh_u32 high = (lmh_load16(b->scales_h) >> (j << 1)) & 3u;
-    float dl = lmh_f16(lmh_load16(b->d)) * lmh_int(low | (high << 4), 32u);
+    lmh_u32 d_high = lmh_load32(b->d); // d, then scales_h
+    lmh_u32 low = (lmh_load32(b->scales_l) >> (j << 2)) & 15u;
+    lmh_u32 high = (d_high >> (16u + (j << 1))) & 3u;
+    float dl = lmh_f16(d_high & 0xFFFFu) * lmh_int(low | (high << 4), 32u);
     lmh_u32 at = (j << 4) + ((lane & 1u) << 3);
     lmh_u32 shift = (lane & 2u) << 1;
-    lmh_bytes8 q = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x0F0F0F0Fu);
+    lmh_bytes8 q = lmh_bits(lmh_load_words8(b->qs + at), shift, 0x0F0F0F0Fu);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_iq4(lmh_byte(q, i));
     return w;
