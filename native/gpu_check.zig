@@ -361,7 +361,7 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     var head = try Head.init(cuda, @intFromEnum(formats.Type.q8_0), full_hidden, 256, weights, norm);
     defer head.deinit();
     try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
-    std.debug.print("launch overhead: one head call (4 kernels, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
+    std.debug.print("launch overhead: one head call (4 commands, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
 }
 
 /// Without a GPU, NVRTC alone (if it is found) still shows the kernel source compiles for
