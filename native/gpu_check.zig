@@ -63,7 +63,7 @@ pub fn main(init: std.process.Init.Minimal) !void {
     var info: [3]u32 = undefined;
     var len: u64 = 0;
     try ok(lib.lmh_device_info(cuda, &info, &text, text.len, &len));
-    std.debug.print("device: {s} (opened in {d:.1} s, kernels compiled or read from the cache)\n", .{ text[0..@min(len, text.len)], seconds() - open_start });
+    std.debug.print("device: {s} (opened in {d:.1} s: the one-row kernels compiled or read from the cache, the others on first use)\n", .{ text[0..@min(len, text.len)], seconds() - open_start });
     if (std.mem.eql(u8, mode, "check")) {
         try check(cuda);
     } else if (std.mem.eql(u8, mode, "bench")) {

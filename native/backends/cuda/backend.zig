@@ -19,7 +19,8 @@ const warps_per_block = 4;
 const threads_per_block = 32 * warps_per_block;
 /// Activation rows one pass shares each decoded weight with: one module per size, so a
 /// call of N rows runs the kernel whose registers fit N (passIndex) and one row keeps the
-/// occupancy that bandwidth needs.
+/// occupancy that bandwidth needs. A module is compiled when a call first needs it (the
+/// 8-row one takes NVRTC most of a minute), the 1-row one when the device opens.
 pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
 /// Vocab rows one warp computes per pass size: they share each activation load, and more
 /// of them keep more weight bytes in flight. Measured on an H200 (README): 8 beat 4 at 1, 2
@@ -66,7 +67,10 @@ const Kernels = struct {
 
 pub const Backend = struct {
     cuda: *const driver.Cuda,
+    nvrtc: *const driver.Nvrtc,
     nvrtc_path: []const u8,
+    /// `LMHEAD_CUDA_FTZ=1`: modules compiled with --ftz=true (the GPU check's second pass).
+    ftz: bool = false,
     device: driver.Device,
     context: driver.Context,
     stream: driver.Stream = null,
@@ -105,15 +109,15 @@ pub const Backend = struct {
             _ = cuda.cuDevicePrimaryCtxRelease_v2(device);
             return fail(error.OutOfMemory, "out of memory", .{});
         };
-        backend.* = .{ .cuda = cuda, .nvrtc_path = std.mem.sliceTo(&libs.nvrtc.path, 0), .device = device, .context = context };
-        backend.setUp(&libs.nvrtc.table) catch |e| {
+        backend.* = .{ .cuda = cuda, .nvrtc = &libs.nvrtc.table, .nvrtc_path = std.mem.sliceTo(&libs.nvrtc.path, 0), .device = device, .context = context };
+        backend.setUp() catch |e| {
             backend.destroy();
             return e;
         };
         return backend;
     }
 
-    fn setUp(backend: *Backend, nvrtc: *const driver.Nvrtc) Error!void {
+    fn setUp(backend: *Backend) Error!void {
         const cuda = backend.cuda;
         try cuda.check(cuda.cuCtxSetCurrent(backend.context), "cuCtxSetCurrent");
         try cuda.check(cuda.cuDeviceGetName(&backend.gpu_name, backend.gpu_name.len - 1, backend.device), "cuDeviceGetName");
@@ -133,26 +137,14 @@ pub const Backend = struct {
             try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
         }
         for (&backend.timing) |*e| try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
-        const ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
+        backend.ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
         if (std.c.getenv("LMHEAD_CUDA_VOCAB_ROWS")) |v| {
             const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch 0;
             if (n < 1 or n > 16) return fail(error.InvalidArgument, "LMHEAD_CUDA_VOCAB_ROWS={s}: expected 1 to 16", .{v});
             backend.vocab_rows = @splat(n);
         }
-        for (pass_sizes, backend.vocab_rows, &backend.modules) |rows, vocab_rows, *m| {
-            const image = try module.cubin(nvrtc, .{ .arch = backend.arch, .ftz = ftz, .defines = &.{
-                .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows },
-                .{ "LMH_ROWS_PER_PASS", rows },
-            } });
-            defer std.heap.c_allocator.free(image);
-            try cuda.check(cuda.cuModuleLoadData(m, image.ptr), "cuModuleLoadData");
-        }
-        try backend.findKernels();
-    }
-
-    /// The entry points by the registry's kernel names (entries.cu), and the probes; the
-    /// kernels other than matvec are the same in every module.
-    fn findKernels(backend: *Backend) Error!void {
+        try backend.loadModule(0);
+        // The kernels other than matvec are the same in every module: the first one's.
         const k = &backend.kernels;
         const first = backend.modules[0];
         k.rms_norm = try backend.function(first, "rms_norm_f32");
@@ -161,11 +153,24 @@ pub const Backend = struct {
         k.sum_segments = try backend.function(first, "sum_segments_u32");
         k.probe_read = try backend.function(first, "lmh_probe_read");
         k.probe_fma = try backend.function(first, "lmh_probe_fma");
-        for (backend.modules, &k.matvec) |m, *by_type| {
-            inline for (formats.all, 0..) |f, t| {
-                if (f.head) by_type[t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
-            }
+    }
+
+    /// Compiles (or reads from the cache) and loads the module of pass size `pass`, and finds
+    /// its matvec entry points by the registry's names (entries.cu). The context is current.
+    fn loadModule(backend: *Backend, pass: usize) Error!void {
+        if (backend.modules[pass] != null) return;
+        const image = try module.cubin(backend.nvrtc, .{ .arch = backend.arch, .ftz = backend.ftz, .defines = &.{
+            .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", backend.vocab_rows[pass] },
+            .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
+        } });
+        defer std.heap.c_allocator.free(image);
+        var m: driver.Module = null;
+        try backend.cuda.check(backend.cuda.cuModuleLoadData(&m, image.ptr), "cuModuleLoadData");
+        errdefer _ = backend.cuda.cuModuleUnload(m);
+        inline for (formats.all, 0..) |f, t| {
+            if (f.head) backend.kernels.matvec[pass][t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
         }
+        backend.modules[pass] = m;
     }
 
     fn function(backend: *Backend, m: driver.Module, comptime entry: [:0]const u8) Error!driver.Function {
@@ -292,6 +297,11 @@ pub const Backend = struct {
         try backend.enter();
         defer backend.leave();
         const cuda = backend.cuda;
+        // Modules a call needs first, so a compile never falls inside the timed launches.
+        for (commands) |command| switch (command) {
+            .matvec => |c| try backend.loadModule(passIndex(c.params.rows)),
+            else => {},
+        };
         try cuda.check(cuda.cuEventRecord(backend.timing[0], backend.stream), "cuEventRecord");
         for (commands) |command| try backend.encode(command);
         try cuda.check(cuda.cuEventRecord(backend.timing[1], backend.stream), "cuEventRecord");
@@ -308,6 +318,7 @@ pub const Backend = struct {
             .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
             .matvec => |c| {
                 const pass = passIndex(c.params.rows);
+                std.debug.assert(backend.modules[pass] != null); // loaded by execute
                 const grid = warpGrid(c.params.vocab, backend.vocab_rows[pass]);
                 try backend.launch(k.matvec[pass][formatIndex(c.params.type_id)], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
