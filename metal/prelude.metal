@@ -20,6 +20,13 @@ typedef ulong lmh_u64;
 #define LMH_STATIC_ASSERT(condition, message) static_assert(condition, message)
 #define LMH_OFFSETOF(type, field) __builtin_offsetof(type, field)
 
+// The matvec tuning the Metal backend dispatches for (backends/metal/shapes.zig checks it):
+// 4 vocab rows per simdgroup, 4 activation rows per pass, so one kernel keeps the
+// registers of 16 accumulators whatever N is. Other values give the same bits; a Mac run
+// decides whether more rows per pass pay there (CUDA keeps one module per pass size).
+#define LMH_VOCAB_ROWS_PER_SIMDGROUP 4u
+#define LMH_ROWS_PER_PASS 4u
+
 LMH_FN float lmh_as_float(lmh_u32 bits) {
     return as_type<float>(bits);
 }

@@ -15,6 +15,11 @@ pub const simd_width = 32;
 /// Simdgroups per matvec threadgroup, and the vocab rows each one owns.
 pub const matvec_simdgroups = 4;
 pub const matvec_vocab_rows_per_simdgroup = 4;
+comptime {
+    // The Metal prelude sets the kernel source's tuning to the same value.
+    const define = std.fmt.comptimePrint("#define LMH_VOCAB_ROWS_PER_SIMDGROUP {d}u\n", .{matvec_vocab_rows_per_simdgroup});
+    std.debug.assert(std.mem.indexOf(u8, @import("../../kernels/sources.zig").metal, define) != null);
+}
 /// Threads per threadgroup of the elementwise kernels.
 pub const elementwise_threads = 256;
 /// Threadgroups of an elementwise dispatch at most: its kernel strides over the rest.
