@@ -340,7 +340,7 @@ fn timeHead(head: *Head, rows: u32, iterations: usize, stages: Stages) !f64 {
     return ms[iterations / 2];
 }
 
-/// ms to bring N rows of logits back to the host (pinned staging, then a copy).
+/// ms to bring N rows of logits back into host memory the caller owns.
 fn timeRead(head: *Head, rows: u32) !f64 {
     const bytes = @as(u64, rows) * head.vocab * 4;
     const host = try std.heap.c_allocator.alloc(u8, bytes);
