@@ -16,8 +16,8 @@
 //!   `B.hostBytes(Memory) []u8` is the whole allocation; `copyIn`/`copyOut` work either way:
 //!   `B.copyIn(*B, Memory, offset_bytes, []const u8) Error!void`,
 //!   `B.copyOut(*B, Memory, offset_bytes, []u8) Error!void`.
-//! - `B.execute(*B, []const Command) Error!?u64`: runs a finished session's commands in
-//!   order and waits. A `.barrier` command marks where the tracker found a conflict: a GPU
+//! - `B.execute(*B, []const Command, *const Registry) Error!?u64`: runs a finished session's
+//!   commands in order and waits, with the device's kernel registry. A `.barrier` command marks where the tracker found a conflict: a GPU
 //!   backend must make every earlier write visible to every later read there. Returns the
 //!   device's own time for the work in ns where it keeps one (a GPU's start and end times),
 //!   null where the host's wait is that time (the CPU).
@@ -25,9 +25,14 @@
 //!   head's floor, bytes per second [with all threads, with one].
 //! - `B.fmaRate(*B, passes) Error!f64`: the other floor's reference, f32 fmas per second with
 //!   every thread (or the whole GPU): at large N a canonical-order head is bound by its fmas.
+//! - Optionally, a backend that compiles a pipeline per kernel (Metal) declares
+//!   `B.pipeline_kernels: []const Kernel`, `B.makePipeline(*B, Kernel) Error!*anyopaque` and
+//!   `B.releasePipeline(*B, *anyopaque) void`: the device's registry makes and owns them.
 const std = @import("std");
 const params = @import("../kernels/params.zig");
 pub const Buffer = @import("../core/buffer.zig").Buffer;
+pub const Registry = @import("../core/registry.zig").Registry;
+pub const Kernel = @import("../core/registry.zig").Kernel;
 
 pub const Kind = enum(u32) { cpu = 0, metal = 1, cuda = 2 };
 
@@ -81,10 +86,15 @@ pub fn check(comptime B: type) void {
     expect(B, "address", fn (M) usize);
     expect(B, "copyIn", fn (*B, M, u64, []const u8) Error!void);
     expect(B, "copyOut", fn (*B, M, u64, []u8) Error!void);
-    expect(B, "execute", fn (*B, []const Command) Error!?u64);
+    expect(B, "execute", fn (*B, []const Command, *const Registry) Error!?u64);
     expect(B, "readBandwidth", fn (*B, u64, u32) Error![2]f64);
     expect(B, "fmaRate", fn (*B, u32) Error!f64);
     if (B.host_visible) expect(B, "hostBytes", fn (M) []u8);
+    if (@hasDecl(B, "pipeline_kernels")) {
+        expect(B, "pipeline_kernels", []const Kernel);
+        expect(B, "makePipeline", fn (*B, Kernel) Error!*anyopaque);
+        expect(B, "releasePipeline", fn (*B, *anyopaque) void);
+    }
 }
 
 fn expect(comptime B: type, comptime decl: []const u8, comptime T: type) void {

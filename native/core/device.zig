@@ -49,6 +49,15 @@ pub const Device = struct {
             return fail(error.OutOfMemory, "out of memory opening a device", .{});
         };
         device.* = .{ .kind = kind, .backend = backend };
+        switch (backend) {
+            inline else => |b| if (@hasDecl(@TypeOf(b.*), "pipeline_kernels")) {
+                device.registry.makePipelines(b, @TypeOf(b.*).pipeline_kernels) catch |e| {
+                    b.destroy();
+                    std.heap.c_allocator.destroy(device);
+                    return e;
+                };
+            },
+        }
         return device;
     }
 
@@ -62,7 +71,10 @@ pub const Device = struct {
         std.debug.assert(before > 0);
         if (before != 1) return;
         switch (device.backend) {
-            inline else => |b| b.destroy(),
+            inline else => |b| {
+                if (@hasDecl(@TypeOf(b.*), "pipeline_kernels")) device.registry.releasePipelines(b);
+                b.destroy();
+            },
         }
         std.heap.c_allocator.destroy(device);
     }
@@ -131,7 +143,7 @@ pub const Device = struct {
     /// Runs the commands and waits; the device's own time for them in ns, where it keeps one.
     pub fn execute(device: *Device, commands: []const Command) Error!?u64 {
         return switch (device.backend) {
-            inline else => |b| try b.execute(commands),
+            inline else => |b| try b.execute(commands, &device.registry),
         };
     }
 

@@ -1,6 +1,8 @@
-//! The kernel registry of a device (mlx-native's KernelRegistry): kernels are resolved
-//! on first use and cached. A GPU backend compiles its pipeline here; the CPU's kernels
-//! are compiled into the library, so resolving checks support and records the use.
+//! The kernel registry of a device (mlx-native's KernelRegistry): the kernels by name, which
+//! of them a session has used, and the compiled pipeline of each where the backend compiles
+//! one (Metal). The pipelines are made when the device opens, so a GPU that cannot run one
+//! is refused there, and released when it closes; the CPU's kernels are compiled into the
+//! library and CUDA's functions live in its modules, so their registries hold none.
 const std = @import("std");
 const status = @import("status.zig");
 const formats = @import("../numerics/formats.zig");
@@ -40,6 +42,30 @@ pub const Kernel = union(enum) {
 
 pub const Registry = struct {
     resolved: std.atomic.Value(Kernel.Mask) = .init(0),
+    /// Each kernel's pipeline, by slot: a backend's opaque handle, or null.
+    pipelines: [@bitSizeOf(Kernel.Mask)]?*anyopaque = @splat(null),
+
+    /// The pipeline made for `kernel` when the device opened.
+    pub fn pipeline(registry: *const Registry, kernel: Kernel) *anyopaque {
+        return registry.pipelines[kernel.slot()].?;
+    }
+
+    /// Makes the pipeline of each of `kernels` with `backend.makePipeline`; on a failure the
+    /// ones made are released and the error returned.
+    pub fn makePipelines(registry: *Registry, backend: anytype, kernels: []const Kernel) Error!void {
+        errdefer registry.releasePipelines(backend);
+        for (kernels) |k| {
+            std.debug.assert(registry.pipelines[k.slot()] == null);
+            registry.pipelines[k.slot()] = try backend.makePipeline(k);
+        }
+    }
+
+    pub fn releasePipelines(registry: *Registry, backend: anytype) void {
+        for (&registry.pipelines) |*p| if (p.*) |handle| {
+            backend.releasePipeline(handle);
+            p.* = null;
+        };
+    }
 
     pub fn resolve(registry: *Registry, kernel: Kernel) Error!void {
         _ = registry.resolved.fetchOr(@as(Kernel.Mask, 1) << kernel.slot(), .monotonic);

@@ -29,8 +29,8 @@ pub const Backend = struct {
     device: Id,
     queue: Id,
     library: Id,
-    /// One pipeline per kernel of `shapes.pipeline_names`: the head's, then the probes.
-    pipelines: [shapes.pipeline_count]Id,
+    /// The probes' pipelines (shapes.probe_names); the head's are the device registry's.
+    probes: [shapes.probe_names.len]Id,
     max_buffer_bytes: usize,
     name_text: [96]u8 = undefined,
     name_len: usize = 0,
@@ -67,7 +67,7 @@ pub const Backend = struct {
             .device = device,
             .queue = undefined,
             .library = undefined,
-            .pipelines = undefined,
+            .probes = undefined,
             .max_buffer_bytes = runtime.send(.maxBufferLength, device, .{}),
         };
         const device_name = runtime.text(runtime.send(.name, device, .{}));
@@ -80,7 +80,12 @@ pub const Backend = struct {
         errdefer runtime.release(backend.queue);
         backend.library = try compile(runtime, device);
         errdefer runtime.release(backend.library);
-        try backend.createPipelines();
+        var made: usize = 0;
+        errdefer for (backend.probes[0..made]) |p| runtime.release(p);
+        for (&backend.probes, shapes.kernels.len..) |*p, i| {
+            p.* = try backend.newPipeline(i);
+            made += 1;
+        }
         return backend;
     }
 
@@ -88,7 +93,7 @@ pub const Backend = struct {
         const runtime = backend.runtime;
         const pool = objc.Pool.push(runtime);
         defer pool.pop();
-        for (backend.pipelines) |p| runtime.release(p);
+        for (backend.probes) |p| runtime.release(p);
         runtime.release(backend.library);
         runtime.release(backend.queue);
         runtime.release(backend.device);
@@ -117,28 +122,40 @@ pub const Backend = struct {
             fail(error.Backend, "the Metal kernel source did not compile: {s}", .{runtime.errorText(compile_error)});
     }
 
-    /// Every kernel's pipeline, created at open so a device that cannot run them is refused
-    /// there: the kernels' butterflies assume 32-lane simdgroups.
-    fn createPipelines(backend: *Backend) Error!void {
+    /// The head's kernels, whose pipelines the device registry makes when the device opens
+    /// (so a GPU that cannot run one is refused there) and owns.
+    pub const pipeline_kernels: []const contract.Kernel = shapes.kernels;
+
+    pub fn makePipeline(backend: *Backend, kernel: contract.Kernel) Error!*anyopaque {
+        const pool = objc.Pool.push(backend.runtime);
+        defer pool.pop();
+        return try backend.newPipeline(shapes.pipelineIndex(kernel));
+    }
+
+    pub fn releasePipeline(backend: *Backend, pipeline: *anyopaque) void {
+        const pool = objc.Pool.push(backend.runtime);
+        defer pool.pop();
+        backend.runtime.release(@ptrCast(pipeline));
+    }
+
+    /// Pipeline `i` of shapes.pipeline_names (+1): the kernels' butterflies assume 32-lane
+    /// simdgroups, so a pipeline that runs narrower ones is refused.
+    fn newPipeline(backend: *Backend, i: usize) Error!Id {
         const runtime = backend.runtime;
-        var created: usize = 0;
-        errdefer for (backend.pipelines[0..created]) |p| runtime.release(p);
-        for (shapes.pipeline_names, 0..) |kernel_name, i| {
-            const function = runtime.send(.newFunctionWithName_, backend.library, .{try runtime.string(kernel_name)}) orelse
-                return fail(error.Backend, "the Metal library has no kernel {s}", .{kernel_name});
-            defer runtime.release(function);
-            var pipeline_error: ?Id = null;
-            const pipeline = runtime.send(.newComputePipelineStateWithFunction_error_, backend.device, .{ function, &pipeline_error }) orelse
-                return fail(error.Backend, "no Metal pipeline for {s}: {s}", .{ kernel_name, runtime.errorText(pipeline_error) });
-            const width = runtime.send(.threadExecutionWidth, pipeline, .{});
-            const max_threads = runtime.send(.maxTotalThreadsPerThreadgroup, pipeline, .{});
-            if (width != shapes.simd_width or max_threads < shapes.pipeline_threads[i]) {
-                runtime.release(pipeline);
-                return fail(error.Unsupported, "Metal pipeline {s} runs {d}-wide simdgroups and at most {d} threads per threadgroup; it needs {d} and {d}", .{ kernel_name, width, max_threads, shapes.simd_width, shapes.pipeline_threads[i] });
-            }
-            backend.pipelines[i] = pipeline;
-            created += 1;
+        const kernel_name = shapes.pipeline_names[i];
+        const function = runtime.send(.newFunctionWithName_, backend.library, .{try runtime.string(kernel_name)}) orelse
+            return fail(error.Backend, "the Metal library has no kernel {s}", .{kernel_name});
+        defer runtime.release(function);
+        var pipeline_error: ?Id = null;
+        const pipeline = runtime.send(.newComputePipelineStateWithFunction_error_, backend.device, .{ function, &pipeline_error }) orelse
+            return fail(error.Backend, "no Metal pipeline for {s}: {s}", .{ kernel_name, runtime.errorText(pipeline_error) });
+        const width = runtime.send(.threadExecutionWidth, pipeline, .{});
+        const max_threads = runtime.send(.maxTotalThreadsPerThreadgroup, pipeline, .{});
+        if (width != shapes.simd_width or max_threads < shapes.pipeline_threads[i]) {
+            runtime.release(pipeline);
+            return fail(error.Unsupported, "Metal pipeline {s} runs {d}-wide simdgroups and at most {d} threads per threadgroup; it needs {d} and {d}", .{ kernel_name, width, max_threads, shapes.simd_width, shapes.pipeline_threads[i] });
         }
+        return pipeline;
     }
 
     pub fn describe(backend: *Backend, out: []u8) []const u8 {
@@ -233,12 +250,12 @@ pub const Backend = struct {
     /// Runs the commands as one command buffer with one concurrent encoder and waits.
     /// A barrier command becomes a buffer-scope memory barrier: every write before it is
     /// visible to every dispatch after it. Returns the GPU's own time for the command buffer.
-    pub fn execute(backend: *Backend, commands: []const Command) Error!?u64 {
+    pub fn execute(backend: *Backend, commands: []const Command, registry: *const contract.Registry) Error!?u64 {
         const runtime = backend.runtime;
         const pool = objc.Pool.push(runtime);
         defer pool.pop();
         const command_buffer, const encoder = try backend.commandEncoder();
-        for (commands) |command| backend.encode(encoder, command) catch |e| {
+        for (commands) |command| backend.encode(encoder, command, registry) catch |e| {
             runtime.send(.endEncoding, encoder, .{});
             return e;
         };
@@ -247,7 +264,7 @@ pub const Backend = struct {
         return @intFromFloat(std.math.clamp(seconds, 0, 1e6) * 1e9);
     }
 
-    fn encode(backend: *Backend, encoder: Id, command: Command) Error!void {
+    fn encode(backend: *Backend, encoder: Id, command: Command, registry: *const contract.Registry) Error!void {
         const runtime = backend.runtime;
         if (command == .barrier) return runtime.send(.memoryBarrierWithScope_, encoder, .{objc.barrier_scope_buffers});
         const d = shapes.dispatch(command);
@@ -261,7 +278,7 @@ pub const Backend = struct {
             const binding = try bind(b.root().place.root.metal, b.offsetBytes(), b.bytes);
             runtime.send(.setBuffer_offset_atIndex_, encoder, .{ binding.view, binding.offset_bytes, index });
         }
-        runtime.send(.setComputePipelineState_, encoder, .{backend.pipelines[d.pipeline]});
+        runtime.send(.setComputePipelineState_, encoder, .{@as(Id, @ptrCast(registry.pipeline(shapes.kernels[d.pipeline])))});
         runtime.send(.dispatchThreadgroups_threadsPerThreadgroup_, encoder, .{ d.grid.groups, d.grid.threads });
     }
 
@@ -321,7 +338,7 @@ pub const Backend = struct {
         const command_buffer, const encoder = try backend.commandEncoder();
         for (buffers, 0..) |memory, index| runtime.send(.setBuffer_offset_atIndex_, encoder, .{ memory.views[0], memory.head_bytes, index });
         runtime.send(.setBytes_length_atIndex_, encoder, .{ @as(*const anyopaque, parameter), @sizeOf(@TypeOf(parameter.*)), buffers.len });
-        runtime.send(.setComputePipelineState_, encoder, .{backend.pipelines[pipeline]});
+        runtime.send(.setComputePipelineState_, encoder, .{backend.probes[pipeline - shapes.kernels.len]});
         runtime.send(.dispatchThreadgroups_threadsPerThreadgroup_, encoder, .{ grid.groups, grid.threads });
         runtime.send(.endEncoding, encoder, .{});
         return backend.run(command_buffer);
