@@ -11,7 +11,6 @@ const std = @import("std");
 const formats = @import("numerics/formats.zig");
 const device_mod = @import("core/device.zig");
 const cuda_driver = @import("backends/cuda/driver.zig");
-const cuda_module = @import("backends/cuda/module.zig");
 const cuda_backend = @import("backends/cuda/backend.zig");
 const status = @import("core/status.zig");
 
@@ -371,12 +370,9 @@ fn compileOnly() void {
         std.debug.print("SKIP: NVRTC compile: {s}\n", .{status.message()});
         return;
     };
-    for (cuda_backend.pass_sizes, cuda_backend.vocab_rows_per_warp) |rows, vocab_rows| {
+    for (cuda_backend.pass_sizes, cuda_backend.vocab_rows_per_warp, 0..) |rows, vocab_rows, pass| {
         const start = seconds();
-        const image = cuda_module.cubin(&nvrtc.table, .{ .arch = 90, .ftz = false, .defines = &.{
-            .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows },
-            .{ "LMH_ROWS_PER_PASS", rows },
-        } }) catch {
+        const image = cuda_backend.compileModule(&nvrtc.table, 90, false, pass, vocab_rows) catch {
             std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
             std.process.exit(1);
         };

@@ -17,8 +17,9 @@
 //!   `B.copyIn(*B, Memory, offset_bytes, []const u8) Error!void`,
 //!   `B.copyOut(*B, Memory, offset_bytes, []u8) Error!void`.
 //! - `B.execute(*B, []const Command, *const Registry) Error!?u64`: runs a finished session's
-//!   commands in order and waits, with the device's kernel registry. A `.barrier` command marks where the tracker found a conflict: a GPU
-//!   backend must make every earlier write visible to every later read there. Returns the
+//!   commands in order and waits; the registry is the device's (its pipelines, if any). A
+//!   `.barrier` command marks where the tracker found a conflict: a GPU backend must make
+//!   every earlier write visible to every later read there. Returns the
 //!   device's own time for the work in ns where it keeps one (a GPU's start and end times),
 //!   null where the host's wait is that time (the CPU).
 //! - `B.readBandwidth(*B, bytes, passes) Error![2]f64`: the machine's own reference for the

@@ -315,10 +315,10 @@ LMH_FN lmh_bytes8 lmh_merge(lmh_bytes8 a, lmh_bytes8 b, lmh_u32 shift) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Decoders: lane `lane`'s 8 weights of chunk `chunk` of one vocab row, values
-// [256·chunk + 8·lane, +8) (NUMERICS.md §3), each as formats.zig decodeBlock computes it.
-// Those 8 values share one scale and sit in one block, so a lane reads its scale once.
-// A 32-value block holds lanes 4b..4b+3; a 256-value block is the chunk.
+// Decoders: lane `lane`'s 8 weights of one chunk of a vocab row, whose bytes start at
+// `chunk`: the chunk's values [8·lane, +8) (NUMERICS.md §3), each as formats.zig
+// decodeBlock computes it. Those 8 values share one scale and sit in one block, so a lane
+// reads its scale once. A 32-value block holds lanes 4b..4b+3; a 256-value block is the chunk.
 
 typedef struct { float v[8]; } lmh_f8;
 
@@ -330,8 +330,8 @@ LMH_FN float lmh_iq4(lmh_u32 q) {
 
 // Q4_0 d·(q−8), IQ4_NL d·K[q]: lane 4b+j has values 8j.. of block b, the low (j < 2) or
 // high nibbles of qs[8(j & 1) ..].
-LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 type) {
-    LMH_GLOBAL const lmh_block_q4_0 *b = (LMH_GLOBAL const lmh_block_q4_0 *)row + ((chunk << 3) + (lane >> 2));
+LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type) {
+    LMH_GLOBAL const lmh_block_q4_0 *b = (LMH_GLOBAL const lmh_block_q4_0 *)chunk + (lane >> 2);
     float d = lmh_f16(lmh_load16(b->d));
     lmh_u32 at = (lane & 1u) << 3;
     lmh_u32 shift = (lane & 2u) << 1;
@@ -346,8 +346,8 @@ LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lm
 
 // Q5_0 d·(q−16), Q5_1 (d·q) + m, with q's fifth bit from bit e of qh. Q5_1 is written
 // fma(d, q, m): d·q is exact, so it equals the product rounded, then the sum rounded.
-LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 type) {
-    lmh_u32 block = (chunk << 3) + (lane >> 2);
+LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type) {
+    lmh_u32 block = lane >> 2;
     lmh_u32 at = (lane & 1u) << 3;
     lmh_u32 shift = (lane & 2u) << 1;
     lmh_u32 first = (lane & 3u) << 3;
@@ -356,12 +356,12 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32
     lmh_u32 qh;
     LMH_GLOBAL const lmh_u8 *qs;
     if (type == LMH_TYPE_Q5_0) {
-        LMH_GLOBAL const lmh_block_q5_0 *b = (LMH_GLOBAL const lmh_block_q5_0 *)row + block;
+        LMH_GLOBAL const lmh_block_q5_0 *b = (LMH_GLOBAL const lmh_block_q5_0 *)chunk + block;
         d = lmh_f16(lmh_load16(b->d));
         qh = lmh_le32(b->qh);
         qs = b->qs;
     } else {
-        LMH_GLOBAL const lmh_block_q5_1 *b = (LMH_GLOBAL const lmh_block_q5_1 *)row + block;
+        LMH_GLOBAL const lmh_block_q5_1 *b = (LMH_GLOBAL const lmh_block_q5_1 *)chunk + block;
         d = lmh_f16(lmh_load16(b->d));
         m = lmh_f16(lmh_load16(b->m));
         qh = lmh_le32(b->qh);
@@ -383,8 +383,8 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32
 }
 
 // Q8_0 d·q, q a signed byte (its bits xor 0x80 is q + 128).
-LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
-    LMH_GLOBAL const lmh_block_q8_0 *b = (LMH_GLOBAL const lmh_block_q8_0 *)row + ((chunk << 3) + (lane >> 2));
+LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_q8_0 *b = (LMH_GLOBAL const lmh_block_q8_0 *)chunk + (lane >> 2);
     float d = lmh_f16(lmh_load16(b->d));
     lmh_u32 at = (lane & 3u) << 3;
     lmh_bytes8 q = lmh_load_bytes8(b->qs + at);
@@ -397,8 +397,8 @@ LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
 
 // Q2_K ((d·sc)·q) − (dmin·m), written fma(d·sc, q, −dmin·m): (d·sc)·q is exact. Value
 // e = 8·lane + i: q = bits 2·((e % 128) >> 5) of qs[32·(e >> 7) + e % 32], sub-block e >> 4.
-LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
-    LMH_GLOBAL const lmh_block_q2_k *b = (LMH_GLOBAL const lmh_block_q2_k *)row + chunk;
+LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_q2_k *b = (LMH_GLOBAL const lmh_block_q2_k *)chunk;
     lmh_u32 sc = b->scales[lane >> 1];
     lmh_u32 d_dmin = lmh_load32(b->d); // d, then dmin
     float dl = lmh_f16(d_dmin & 0xFFFFu) * lmh_int(sc & 15u, 0u);
@@ -412,8 +412,8 @@ LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
 }
 
 // Q3_K (d·(s−32))·q, q = q2 − 4·(1 − hbit); s is the 6-bit scale of sub-block j = lane >> 1.
-LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
-    LMH_GLOBAL const lmh_block_q3_k *b = (LMH_GLOBAL const lmh_block_q3_k *)row + chunk;
+LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_q3_k *b = (LMH_GLOBAL const lmh_block_q3_k *)chunk;
     lmh_u32 j = lane >> 1;
     lmh_u32 low = ((lmh_u32)b->scales[j & 7u] >> ((j >> 3) << 2)) & 15u;
     lmh_u32 high = ((lmh_u32)b->scales[8u + (j & 3u)] >> ((j >> 2) << 1)) & 3u;
@@ -451,18 +451,18 @@ LMH_FN lmh_scale_min lmh_k4_scale_min(LMH_GLOBAL const lmh_u8 *s, lmh_u32 j) {
 // Q4_K/Q5_K ((d·sc)·q) − (dmin·m), written fma(d·sc, q, −dmin·m): (d·sc)·q is exact.
 // Value e = 8·lane + i: nibble (e % 64) >> 5 of qs[32·(e >> 6) + e % 32], sub-block
 // e >> 5; Q5_K's fifth bit is bit e >> 5 of qh[e % 32].
-LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 type) {
+LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type) {
     LMH_GLOBAL const lmh_u8 *d;
     LMH_GLOBAL const lmh_u8 *scales;
     LMH_GLOBAL const lmh_u8 *qs;
     LMH_GLOBAL const lmh_u8 *qh = 0;
     if (type == LMH_TYPE_Q4_K) {
-        LMH_GLOBAL const lmh_block_q4_k *b = (LMH_GLOBAL const lmh_block_q4_k *)row + chunk;
+        LMH_GLOBAL const lmh_block_q4_k *b = (LMH_GLOBAL const lmh_block_q4_k *)chunk;
         d = b->d;
         scales = b->scales;
         qs = b->qs;
     } else {
-        LMH_GLOBAL const lmh_block_q5_k *b = (LMH_GLOBAL const lmh_block_q5_k *)row + chunk;
+        LMH_GLOBAL const lmh_block_q5_k *b = (LMH_GLOBAL const lmh_block_q5_k *)chunk;
         d = b->d;
         scales = b->scales;
         qs = b->qs;
@@ -486,8 +486,8 @@ LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_
 // Q6_K (d·sc)·(q − 32), sc a signed byte per 16 values. Value e = 8·lane + i, n = e >> 7,
 // c = (e % 128) >> 5: low 4 bits from ql[64n + 32(c & 1) + e % 32] >> 4(c >> 1), high 2
 // bits from qh[32n + e % 32] >> 2c.
-LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
-    LMH_GLOBAL const lmh_block_q6_k *b = (LMH_GLOBAL const lmh_block_q6_k *)row + chunk;
+LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_q6_k *b = (LMH_GLOBAL const lmh_block_q6_k *)chunk;
     float ds = lmh_f16(lmh_load16(b->d)) * lmh_int((lmh_u32)b->scales[lane >> 1] ^ 0x80u, 128u);
     lmh_u32 n = lane >> 4;
     lmh_u32 c = (lane >> 2) & 3u;
@@ -505,8 +505,8 @@ LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u
 
 // IQ4_XS (d·(ls−32))·K[q], ls the 6-bit scale of sub-block j = lane >> 2; lane 4j+k has
 // values 8k.. of it: the low (k < 2) or high nibbles of qs[16j + 8(k & 1) ..].
-LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane) {
-    LMH_GLOBAL const lmh_block_iq4_xs *b = (LMH_GLOBAL const lmh_block_iq4_xs *)row + chunk;
+LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+    LMH_GLOBAL const lmh_block_iq4_xs *b = (LMH_GLOBAL const lmh_block_iq4_xs *)chunk;
     lmh_u32 j = lane >> 2;
     lmh_u32 d_high = lmh_load32(b->d); // d, then scales_h
     lmh_u32 low = (lmh_load32(b->scales_l) >> (j << 2)) & 15u;
@@ -520,17 +520,17 @@ LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh
     return w;
 }
 
-// F32, F16, BF16: one value per block; values at or past `values` (the row's length) are
-// +0. F32 and BF16 weights pass their flush point; F16 ones are multiples of 2^-24.
+// F32, F16, BF16: one value per block; values past the row's end (`values`, counted from the
+// chunk's first) are +0. F32 and BF16 weights pass their flush point; F16 ones are multiples of 2^-24.
 LMH_FN float lmh_dense_value(LMH_GLOBAL const lmh_u8 *p, lmh_u32 i, lmh_u32 type) {
     if (type == LMH_TYPE_F32) return lmh_flush(lmh_load32(p + (i << 2)), LMH_DOT_OPERAND_MIN);
     if (type == LMH_TYPE_F16) return lmh_f16(lmh_load16(p + (i << 1)));
     return lmh_flush(lmh_load16(p + (i << 1)) << 16, LMH_DOT_OPERAND_MIN);
 }
 
-LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 whole, lmh_u32 type) {
-    lmh_u32 first = (chunk << 8) + (lane << 3);
-    LMH_GLOBAL const lmh_u8 *p = row + ((lmh_u64)first << (type == LMH_TYPE_F32 ? 2u : 1u));
+LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 whole, lmh_u32 type) {
+    lmh_u32 first = lane << 3;
+    LMH_GLOBAL const lmh_u8 *p = chunk + (first << (type == LMH_TYPE_F32 ? 2u : 1u));
     lmh_f8 w;
     if (whole != 0u || first + 8u <= values) { // as for activations: the rule, from one address
         for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_dense_value(p, i, type);
@@ -562,29 +562,30 @@ LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
 
 // `type` is a literal at every entry point, so inlining leaves one decoder per kernel.
 // `whole` (a literal) says the chunk holds all 8 of this lane's values.
-LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *row, lmh_u32 chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 whole) {
+// `values` counts from the chunk's first value.
+LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 whole) {
     switch (type) {
     case LMH_TYPE_Q4_0:
     case LMH_TYPE_IQ4_NL:
-        return lmh_decode_nibbles(row, chunk, lane, type);
+        return lmh_decode_nibbles(chunk, lane, type);
     case LMH_TYPE_Q5_0:
     case LMH_TYPE_Q5_1:
-        return lmh_decode_q5(row, chunk, lane, type);
+        return lmh_decode_q5(chunk, lane, type);
     case LMH_TYPE_Q8_0:
-        return lmh_decode_q8_0(row, chunk, lane);
+        return lmh_decode_q8_0(chunk, lane);
     case LMH_TYPE_Q2_K:
-        return lmh_decode_q2_k(row, chunk, lane);
+        return lmh_decode_q2_k(chunk, lane);
     case LMH_TYPE_Q3_K:
-        return lmh_decode_q3_k(row, chunk, lane);
+        return lmh_decode_q3_k(chunk, lane);
     case LMH_TYPE_Q4_K:
     case LMH_TYPE_Q5_K:
-        return lmh_decode_q45_k(row, chunk, lane, type);
+        return lmh_decode_q45_k(chunk, lane, type);
     case LMH_TYPE_Q6_K:
-        return lmh_decode_q6_k(row, chunk, lane);
+        return lmh_decode_q6_k(chunk, lane);
     case LMH_TYPE_IQ4_XS:
-        return lmh_decode_iq4_xs(row, chunk, lane);
+        return lmh_decode_iq4_xs(chunk, lane);
     default:
-        return lmh_decode_dense(row, chunk, lane, values, whole, type);
+        return lmh_decode_dense(chunk, lane, values, whole, type);
     }
 }
 
@@ -659,7 +660,7 @@ typedef struct { LMH_GLOBAL const lmh_u8 *row[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } l
 LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 whole, lmh_u32 lane, lmh_tile acc) {
     lmh_u32 at = (c << 8) + (lane << 3);
     lmh_f8 wv[LMH_VOCAB_ROWS_PER_SIMDGROUP];
-    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) wv[m] = lmh_decode(type, vocab.row[m], 0u, lane, p.hidden - (c << 8), whole);
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) wv[m] = lmh_decode(type, vocab.row[m], lane, p.hidden - (c << 8), whole);
     for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
         lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, whole);
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {

@@ -28,8 +28,19 @@ pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
 /// (tuning runs).
 pub const vocab_rows_per_warp = [pass_sizes.len]u32{ 8, 8, 4, 8 };
 
+/// The module of the smallest pass size that holds `rows` (the largest past it).
 fn passIndex(rows: u32) usize {
-    return if (rows >= 5) 3 else if (rows >= 3) 2 else rows - 1;
+    for (pass_sizes, 0..) |size, i| if (rows <= size) return i;
+    return pass_sizes.len - 1;
+}
+
+/// The compiled module of pass size `pass` (from the cache, or NVRTC's now): the kernel source
+/// with its tuning macros for that pass size. Caller frees it with c_allocator.
+pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, vocab_rows: u32) Error![]u8 {
+    return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &.{
+        .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows },
+        .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
+    } });
 }
 /// Pinned staging for uploads: they alternate between two buffers so the host fills one
 /// while the other is copied.
@@ -159,10 +170,7 @@ pub const Backend = struct {
     /// its matvec entry points by the registry's names (entries.cu). The context is current.
     fn loadModule(backend: *Backend, pass: usize) Error!void {
         if (backend.modules[pass] != null) return;
-        const image = try module.cubin(backend.nvrtc, .{ .arch = backend.arch, .ftz = backend.ftz, .defines = &.{
-            .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", backend.vocab_rows[pass] },
-            .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
-        } });
+        const image = try compileModule(backend.nvrtc, backend.arch, backend.ftz, pass, backend.vocab_rows[pass]);
         defer std.heap.c_allocator.free(image);
         var m: driver.Module = null;
         try backend.cuda.check(backend.cuda.cuModuleLoadData(&m, image.ptr), "cuModuleLoadData");
