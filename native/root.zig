@@ -313,7 +313,7 @@ fn rmsNorm(s: *Session, held: *Held, input: u64, weight: u64, output: u64, rows:
     if (!(eps >= 0 and std.math.isFinite(eps))) return fail(error.InvalidArgument, "rms_norm eps {e} is not a finite value >= 0", .{eps});
     const row_bytes = @as(u64, hidden) * 4;
     try checkF32(x, "rms_norm input", row_bytes * rows);
-    try checkRowsAligned(x, "rms_norm input");
+    try checkRowsAligned(x, "rms_norm input", hidden);
     try checkF32(w, "rms_norm weight", row_bytes);
     try checkF32(y, "rms_norm output", row_bytes * rows);
     try s.device.registry.resolve(.rms_norm);
@@ -337,9 +337,9 @@ fn matvec(s: *Session, held: *Held, input: u64, weight: u64, type_id: u32, outpu
     try admission.checkRows(rows);
     const format = try admission.admitHead(type_id, hidden, vocab, w.bytes, false);
     // GPU kernels read block fields with aligned 16-bit loads and F32 rows with 32-bit ones.
-    if (w.address() % 4 != 0) return fail(error.InvalidArgument, "matvec weights at an address that is not 4-byte aligned (a GGUF file's tensor data is aligned to general.alignment; load with copy: true if it is less than 4)", .{});
+    if (w.address() % 4 != 0) return fail(error.InvalidArgument, "matvec weights are not 4-byte aligned (the GPU kernels read them with aligned loads)", .{});
     try checkF32(x, "matvec input", @as(u64, rows) * hidden * 4);
-    try checkRowsAligned(x, "matvec input");
+    try checkRowsAligned(x, "matvec input", hidden);
     try checkF32(y, "matvec output", @as(u64, rows) * vocab * 4);
     try s.device.registry.resolve(.{ .matvec = format.type });
     try s.barrierBetween(&.{ x, w }, &.{y});
@@ -393,9 +393,11 @@ fn countNonFinite(s: *Session, held: *Held, data: u64, counts: u64, rows: u32, r
     try s.dispatch(.{ .count_non_finite = .{ .data = d, .counts = c, .params = .{ .rows = rows, .row_values = row_values } } });
 }
 
-/// GPU kernels read rows of activations with 16-byte loads (kernels.h lmh_load_activations).
-fn checkRowsAligned(buffer: *Buffer, comptime what: []const u8) Error!void {
-    if (buffer.address() % 16 != 0) return fail(error.InvalidArgument, what ++ " is not 16-byte aligned", .{});
+/// GPU kernels read rows of a multiple of 4 values with 16-byte loads (kernels.h
+/// lmh_load_activations), so such rows must start 16-byte aligned; other rows 4-byte
+/// aligned (checkF32). The same rule on every backend, so code that runs on one runs on all.
+fn checkRowsAligned(buffer: *Buffer, comptime what: []const u8, hidden: u32) Error!void {
+    if (hidden % 4 == 0 and buffer.address() % 16 != 0) return fail(error.InvalidArgument, what ++ " is not 16-byte aligned (rows of a multiple of 4 values are read with 16-byte loads)", .{});
 }
 
 fn checkF32(buffer: *Buffer, comptime what: []const u8, bytes: u64) Error!void {

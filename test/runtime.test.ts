@@ -1,7 +1,7 @@
 /** The runtime under the head: registry, trace, host phases, the C ABI under random misuse, lent host bytes. */
 import { afterAll, describe, expect, test } from "bun:test";
 import { lib } from "../src/native.ts";
-import { GraphSession, LmheadError, MlxDevice, hostPhases } from "../src/index.ts";
+import { GraphSession, LmheadError, type MlxBuffer, MlxDevice, hostPhases } from "../src/index.ts";
 import { f32Head, randomF32, rng } from "./support.ts";
 
 const device = MlxDevice.open("cpu");
@@ -215,4 +215,43 @@ test("finish reports the device's own time where it keeps one; the CPU keeps non
   const open = GraphSession.begin(device);
   expect(lib.lmh_session_finish_timed(open.handle, null)).not.toBe(0);
   expect(open.finish()).toBeNull();
+});
+
+test("a session refuses operands the GPU kernels could not load, naming which and why, and takes the rest", () => {
+  using big = device.allocBuffer(4096);
+  using norm = device.allocBuffer(8 * 4);
+  norm.write(new Float32Array(8).fill(1));
+  using normed = device.allocBuffer(8 * 4);
+  using logits = device.allocBuffer(4 * 4);
+  const refused = (record: (s: GraphSession) => void, message: RegExp) => {
+    const s = GraphSession.begin(device);
+    try {
+      expect(() => record(s)).toThrow(message);
+    } finally {
+      s.abort();
+    }
+  };
+  // Rows of a multiple of 4 values are read with 16-byte loads; weights with aligned 16/32-bit ones.
+  refused((s) => s.rmsNorm(big.view(4, 8 * 4), norm, normed, 1, 8, 1e-6), /rms_norm input is not 16-byte aligned/);
+  refused((s) => s.matvec(big.view(4, 8 * 4), big.view(0, 4 * 8 * 4), 0, logits, 1, 8, 4), /matvec input is not 16-byte aligned/);
+  refused((s) => s.matvec(normed, big.view(2, 4 * 8 * 4), 0, logits, 1, 8, 4), /matvec weights are not 4-byte aligned/);
+
+  // Rows of 5 values are read one value at a time: 4-byte aligned is enough, and the bytes are
+  // those of an aligned copy.
+  const x = randomF32(5, rng(7));
+  const run = (input: MlxBuffer) => {
+    using w = device.allocBuffer(5 * 4);
+    w.write(new Float32Array(5).fill(0.5));
+    using y = device.allocBuffer(5 * 4);
+    const s = GraphSession.begin(device);
+    s.rmsNorm(input, w, y, 1, 5, 1e-6);
+    s.finish();
+    return Array.from(new Uint32Array(y.read().buffer));
+  };
+  using aligned = device.allocBuffer(5 * 4);
+  aligned.write(x);
+  const shifted = big.view(4, 5 * 4);
+  shifted.write(x);
+  expect(run(shifted)).toEqual(run(aligned));
+  shifted.free();
 });
