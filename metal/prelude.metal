@@ -39,6 +39,10 @@ LMH_FN float lmh_fma(float a, float b, float c) {
     return fma(a, b, c);
 }
 
+LMH_FN float lmh_abs(float value) {
+    return fabs(value);
+}
+
 // Aligned little-endian loads from a byte buffer: p is even for lmh_load16 and a multiple
 // of 4 for lmh_load32 (kernels.h says why each address is).
 LMH_FN lmh_u32 lmh_load16(device const lmh_u8 *p) {

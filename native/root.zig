@@ -336,8 +336,7 @@ fn matvec(s: *Session, held: *Held, input: u64, weight: u64, type_id: u32, outpu
     const y = try held.acquire(output);
     try admission.checkRows(rows);
     const format = try admission.admitHead(type_id, hidden, vocab, w.bytes, false);
-    // GPU kernels read block fields with aligned 16-bit loads and F32 rows with 32-bit ones.
-    if (w.address() % 4 != 0) return fail(error.InvalidArgument, "matvec weights are not 4-byte aligned (the GPU kernels read them with aligned loads)", .{});
+    try checkWeightsAligned(w, format, hidden);
     try checkF32(x, "matvec input", @as(u64, rows) * hidden * 4);
     try checkRowsAligned(x, "matvec input", hidden);
     try checkF32(y, "matvec output", @as(u64, rows) * vocab * 4);
@@ -398,6 +397,17 @@ fn countNonFinite(s: *Session, held: *Held, data: u64, counts: u64, rows: u32, r
 /// aligned (checkF32). The same rule on every backend, so code that runs on one runs on all.
 fn checkRowsAligned(buffer: *Buffer, comptime what: []const u8, hidden: u32) Error!void {
     if (hidden % 4 == 0 and buffer.address() % 16 != 0) return fail(error.InvalidArgument, what ++ " is not 16-byte aligned (rows of a multiple of 4 values are read with 16-byte loads)", .{});
+}
+
+/// GPU kernels read block fields with aligned 16-bit loads (32-bit ones for F32 rows), so
+/// weights start 4-byte aligned; dense rows of a multiple of 16 bytes (with a multiple of 4
+/// values) are read with 16-byte loads, so those start 16-byte aligned. As for activations,
+/// the same rule on every backend.
+fn checkWeightsAligned(w: *Buffer, format: formats.Format, hidden: u32) Error!void {
+    if (w.address() % 4 != 0) return fail(error.InvalidArgument, "matvec weights are not 4-byte aligned (the GPU kernels read them with aligned loads)", .{});
+    const dense = format.block_values == 1;
+    const wide = hidden % 4 == 0 and formats.rowBytes(format.type, hidden).? % 16 == 0;
+    if (dense and wide and w.address() % 16 != 0) return fail(error.InvalidArgument, "matvec weights are not 16-byte aligned (dense rows of a multiple of 16 bytes are read with 16-byte loads)", .{});
 }
 
 fn checkF32(buffer: *Buffer, comptime what: []const u8, bytes: u64) Error!void {

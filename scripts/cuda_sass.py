@@ -77,7 +77,8 @@ def instructions(cuobjdump, cubin, function):
 
 def chunk_loop(code):
     """The innermost loop (a backward branch with no other inside it) with the most FFMAs: the
-    loop over the chunks of a full pass."""
+    loop over the chunks of a full pass; of a dense type's two, the one with 16-byte loads
+    (rows of a multiple of 16 bytes, as every real head's)."""
     loops = []
     for address, text in code:
         m = re.search(r"\bBRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", text)
@@ -88,9 +89,13 @@ def chunk_loop(code):
         if any(start <= s and e < end and (s, e) != (start, end) for s, e in loops):
             continue
         body = [t for a, t in code if start <= a <= end]
-        if sum(1 for t in body if "FFMA" in t) > sum(1 for t in best if "FFMA" in t):
+        if key(body) > key(best):
             best = body
     return best
+
+
+def key(body):
+    return (sum(1 for t in body if "FFMA" in t), sum(1 for t in body if "LDG.E.128" in t))
 
 
 def resources(cuobjdump, cubin):

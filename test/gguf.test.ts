@@ -416,6 +416,19 @@ describe("head resolution", () => {
     expectArtifactError(() => resolveHead(parseGguf(encodeGguf(shifted), "al.gguf")), /data is not 4-byte aligned \(general.alignment 1\)/);
   });
 
+  test("a dense head whose rows are read 16 bytes at a time must start 16-byte aligned; a quantized one 4-byte", () => {
+    const at = (typeId: number, pad: number) => {
+      const { contents } = headContents({ typeId, tied: true, metadata: [["general.alignment", meta.u32(4)]], extra: [] });
+      return encodeGguf({ metadata: contents.metadata, tensors: [{ name: "pad", typeId: 24, dims: [pad], data: new Uint8Array(pad) }, ...contents.tensors] });
+    };
+    // The header's size does not depend on the pad's length: shift the head to 4 past a multiple of 16.
+    const offset = parseGguf(at(KNOWN.F16, 16)).tensors.get("token_embd.weight")!.fileOffset;
+    const pad = 16 + ((20 - (offset % 16)) % 16);
+    expect(parseGguf(at(KNOWN.F16, pad)).tensors.get("token_embd.weight")!.fileOffset % 16).toBe(4);
+    expectArtifactError(() => resolveHead(parseGguf(at(KNOWN.F16, pad), "f16.gguf")), /'token_embd.weight' data is not 16-byte aligned \(general.alignment 4\)/);
+    expect(resolveHead(parseGguf(at(KNOWN.Q8_0, pad), "q8.gguf")).head.typeId).toBe(KNOWN.Q8_0);
+  });
+
   test("errors name the file", () => {
     const { contents } = headContents({ typeId: KNOWN.Q3_K, tied: true });
     const path = tmpFile(encodeGguf(contents), "named-q3k.gguf");

@@ -235,6 +235,8 @@ test("a session refuses operands the GPU kernels could not load, naming which an
   refused((s) => s.rmsNorm(big.view(4, 8 * 4), norm, normed, 1, 8, 1e-6), /rms_norm input is not 16-byte aligned/);
   refused((s) => s.matvec(big.view(4, 8 * 4), big.view(0, 4 * 8 * 4), 0, logits, 1, 8, 4), /matvec input is not 16-byte aligned/);
   refused((s) => s.matvec(normed, big.view(2, 4 * 8 * 4), 0, logits, 1, 8, 4), /matvec weights are not 4-byte aligned/);
+  // F32 rows of 8 values (32 bytes) are read 16 bytes at a time.
+  refused((s) => s.matvec(normed, big.view(4, 4 * 8 * 4), 0, logits, 1, 8, 4), /matvec weights are not 16-byte aligned/);
 
   // Rows of 5 values are read one value at a time: 4-byte aligned is enough, and the bytes are
   // those of an aligned copy.

@@ -4,13 +4,13 @@
 // (metal/prelude.metal, native/backends/cuda/prelude.cuh, native/kernels/host/prelude.h)
 // defines the types and the few primitives used here: lmh_u8, lmh_u32, lmh_u64, LMH_FN,
 // LMH_GLOBAL (the address space of buffers), LMH_STATIC_ASSERT, LMH_OFFSETOF,
-// lmh_as_float, lmh_as_uint, lmh_fma and lmh_shuffle_xor. Its entry points map the
-// target's thread ids to (simdgroup, simdgroups, lane) and call the bodies below.
+// lmh_as_float, lmh_as_uint, lmh_fma, lmh_abs, lmh_shuffle_xor and the loads. Its entry
+// points map the target's thread ids to (simdgroup, simdgroups, lane) and call the bodies.
 //
 // The arithmetic is docs/NUMERICS.md, one statement per rounding; the lint test
 // (native/kernels/lint.zig) keeps library math, vendor reductions, division and half
 // types out. Every f32 buffer is read as bits: a value reaches arithmetic only after its
-// flush point, an integer compare, so no device's subnormal policy can change a result.
+// flush point (lmh_flush), so no device's subnormal policy can change a result.
 // Lanes communicate only through lmh_shuffle_xor, always with all 32 lanes present.
 
 // Tuning: vocab rows per simdgroup, and activation rows per pass sharing each decoded
@@ -56,9 +56,12 @@ LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 1u || LMH_ROWS_PER_PASS == 2u || LMH_ROWS
 // ---------------------------------------------------------------------------------------
 // Numerics
 
-// The value with these bits, or +0 where its magnitude is below min_bits.
+// The value with these bits, or +0 where its magnitude is below min_bits: a float compare
+// of |v| (a device that flushes a subnormal operand sees 0, below every threshold too, so
+// it decides the same) and a select of v's own bits; two instructions on a GPU.
 LMH_FN float lmh_flush(lmh_u32 bits, lmh_u32 min_bits) {
-    return lmh_as_float((bits & 0x7FFFFFFFu) < min_bits ? 0u : bits);
+    float v = lmh_as_float(bits);
+    return lmh_abs(v) < lmh_as_float(min_bits) ? 0.0f : v;
 }
 
 // q - offset exactly, for q, offset < 2^23: both sit in the mantissa of 2^23 and the
@@ -68,6 +71,13 @@ LMH_FN float lmh_int(lmh_u32 q, lmh_u32 offset) {
     float b = lmh_as_float(0x4B000000u | offset);
     return a - b;
 }
+
+// The bits 0x4B000000 | byte i of word (i < 4): the float 2^23 + that byte, as lmh_int
+// builds it. A prelude with a byte permute defines LMH_BYTE_FLOAT_BITS to build it in one
+// instruction (CUDA's prmt) rather than a shift, a mask and an or.
+#ifndef LMH_BYTE_FLOAT_BITS
+#define LMH_BYTE_FLOAT_BITS(word, i) (0x4B000000u | (((word) >> ((i) << 3)) & 0xFFu))
+#endif
 
 // Exact f16 -> f32 (formats.zig f16ToF32): normals and Inf/NaN by moving the fields,
 // subnormals as their integer mantissa times 2^-24, which is normal. NaN payloads kept.
@@ -296,6 +306,11 @@ LMH_FN lmh_u32 lmh_byte(lmh_bytes8 b, lmh_u32 i) {
     return ((i < 4u ? b.lo : b.hi) >> ((i & 3u) << 3)) & 0xFFu;
 }
 
+// Byte i of b minus offset, exactly (lmh_int of lmh_byte): a decoder's code as a float.
+LMH_FN float lmh_code(lmh_bytes8 b, lmh_u32 i, lmh_u32 offset) {
+    return lmh_as_float(LMH_BYTE_FLOAT_BITS(i < 4u ? b.lo : b.hi, i & 3u)) - lmh_as_float(0x4B000000u | offset);
+}
+
 // Codes four to a word: every byte of b shifted right by `shift` and masked by `mask`, a
 // byte repeated (0x0F0F0F0F keeps a nibble of each), so one shift and one and serve four
 // values. The decoders build a lane's 8 codes this way, one per byte.
@@ -313,6 +328,12 @@ LMH_FN lmh_bytes8 lmh_merge(lmh_bytes8 a, lmh_bytes8 b, lmh_u32 shift) {
     r.hi = a.hi | (b.hi << shift);
     return r;
 }
+
+// How a matvec chunk reads a lane's 8 values (always a literal): with a bounds test, all 8
+// present, or all 8 present in rows that start 16-byte aligned.
+#define LMH_LOAD_PARTIAL 0u
+#define LMH_LOAD_WHOLE 1u
+#define LMH_LOAD_WIDE 2u
 
 // ---------------------------------------------------------------------------------------
 // Decoders: lane `lane`'s 8 weights of one chunk of a vocab row, whose bytes start at
@@ -338,7 +359,7 @@ LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, l
     lmh_bytes8 q = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x0F0F0F0Fu);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) {
-        float code = type == LMH_TYPE_Q4_0 ? lmh_int(lmh_byte(q, i), 8u) : lmh_iq4(lmh_byte(q, i));
+        float code = type == LMH_TYPE_Q4_0 ? lmh_code(q, i, 8u) : lmh_iq4(lmh_byte(q, i));
         w.v[i] = d * code;
     }
     return w;
@@ -376,8 +397,7 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u3
     lmh_bytes8 code = lmh_merge(lmh_bits(lmh_load_bytes8(qs + at), shift, 0x0F0F0F0Fu), high, 4u);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) {
-        lmh_u32 q = lmh_byte(code, i);
-        w.v[i] = type == LMH_TYPE_Q5_0 ? d * lmh_int(q, 16u) : lmh_fma(d, lmh_int(q, 0u), m);
+        w.v[i] = type == LMH_TYPE_Q5_0 ? d * lmh_code(code, i, 16u) : lmh_fma(d, lmh_code(code, i, 0u), m);
     }
     return w;
 }
@@ -391,7 +411,7 @@ LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     q.lo = q.lo ^ 0x80808080u;
     q.hi = q.hi ^ 0x80808080u;
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = d * lmh_int(lmh_byte(q, i), 128u);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = d * lmh_code(q, i, 128u);
     return w;
 }
 
@@ -407,7 +427,7 @@ LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     lmh_u32 shift = ((lane >> 2) & 3u) << 1;
     lmh_bytes8 q = lmh_bits(lmh_load_words8(b->qs + at), shift, 0x03030303u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(dl, lmh_int(lmh_byte(q, i), 0u), -ml);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(dl, lmh_code(q, i, 0u), -ml);
     return w;
 }
 
@@ -425,7 +445,7 @@ LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     lmh_bytes8 q2 = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x03030303u);
     lmh_bytes8 q = lmh_merge(q2, lmh_bits(lmh_load_bytes8(b->hmask + first), hshift, 0x01010101u), 2u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_int(lmh_byte(q, i), 4u);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_code(q, i, 4u);
     return w;
 }
 
@@ -479,7 +499,7 @@ LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh
     lmh_bytes8 q = lmh_bits(lmh_load_words8(qs + at), shift, 0x0F0F0F0Fu);
     if (type == LMH_TYPE_Q5_K) q = lmh_merge(q, lmh_bits(lmh_load_words8(qh + first), j, 0x01010101u), 4u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(d1, lmh_int(lmh_byte(q, i), 0u), -m1);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(d1, lmh_code(q, i, 0u), -m1);
     return w;
 }
 
@@ -499,7 +519,7 @@ LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     lmh_bytes8 low = lmh_bits(lmh_load_bytes8(b->ql + low_at), low_shift, 0x0F0F0F0Fu);
     lmh_bytes8 q = lmh_merge(low, lmh_bits(lmh_load_bytes8(b->qh + high_at), high_shift, 0x03030303u), 4u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = ds * lmh_int(lmh_byte(q, i), 32u);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = ds * lmh_code(q, i, 32u);
     return w;
 }
 
@@ -528,11 +548,33 @@ LMH_FN float lmh_dense_value(LMH_GLOBAL const lmh_u8 *p, lmh_u32 i, lmh_u32 type
     return lmh_flush(lmh_load16(p + (i << 1)) << 16, LMH_DOT_OPERAND_MIN);
 }
 
-LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 whole, lmh_u32 type) {
+// The 8 values from a 16-byte aligned p: F32 in two loads, F16 and BF16 in one.
+LMH_FN lmh_f8 lmh_decode_dense_wide(LMH_GLOBAL const lmh_u8 *p, lmh_u32 type) {
+    lmh_words4 a = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)p);
+    lmh_u32 u[4] = { a.x, a.y, a.z, a.w };
+    lmh_f8 w;
+    if (type == LMH_TYPE_F32) {
+        lmh_words4 b = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)p + 4);
+        lmh_u32 v[4] = { b.x, b.y, b.z, b.w };
+        for (lmh_u32 i = 0u; i < 4u; i++) {
+            w.v[i] = lmh_flush(u[i], LMH_DOT_OPERAND_MIN);
+            w.v[4u + i] = lmh_flush(v[i], LMH_DOT_OPERAND_MIN);
+        }
+    } else {
+        for (lmh_u32 i = 0u; i < 4u; i++) {
+            w.v[2u * i] = type == LMH_TYPE_F16 ? lmh_f16(u[i] & 0xFFFFu) : lmh_flush(u[i] << 16, LMH_DOT_OPERAND_MIN);
+            w.v[2u * i + 1u] = type == LMH_TYPE_F16 ? lmh_f16(u[i] >> 16) : lmh_flush(u[i] & 0xFFFF0000u, LMH_DOT_OPERAND_MIN);
+        }
+    }
+    return w;
+}
+
+LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 load, lmh_u32 type) {
     lmh_u32 first = lane << 3;
     LMH_GLOBAL const lmh_u8 *p = chunk + (first << (type == LMH_TYPE_F32 ? 2u : 1u));
+    if (load == LMH_LOAD_WIDE) return lmh_decode_dense_wide(p, type);
     lmh_f8 w;
-    if (whole != 0u || first + 8u <= values) { // as for activations: the rule, from one address
+    if (load == LMH_LOAD_WHOLE || first + 8u <= values) { // as for activations: the rule, from one address
         for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_dense_value(p, i, type);
     } else {
         for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = first + i < values ? lmh_dense_value(p, i, type) : 0.0f;
@@ -561,9 +603,9 @@ LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
 }
 
 // `type` is a literal at every entry point, so inlining leaves one decoder per kernel.
-// `whole` (a literal) says the chunk holds all 8 of this lane's values.
-// `values` counts from the chunk's first value.
-LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 whole) {
+// `load` (a literal) says how a dense row's values may be read; `values` counts from the
+// chunk's first value.
+LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 load) {
     switch (type) {
     case LMH_TYPE_Q4_0:
     case LMH_TYPE_IQ4_NL:
@@ -585,7 +627,7 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
     case LMH_TYPE_IQ4_XS:
         return lmh_decode_iq4_xs(chunk, lane);
     default:
-        return lmh_decode_dense(chunk, lane, values, whole, type);
+        return lmh_decode_dense(chunk, lane, values, load, type);
     }
 }
 
@@ -595,13 +637,15 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
 
 // A lane's 8 activations from [first, first + 8) of a row of `values`, flushed; +0 past it.
 // All 8 in range is the rule (only a row's last lane can be short), so that case reads
-// from one address with no per-value test; `whole` (a literal) says it is the case. Rows of
-// a multiple of 4 values start 16-byte aligned (a matvec input is, checked when recorded),
-// and a lane's 8 start at a multiple of 8: two 16-byte loads, a quarter of the requests.
-LMH_FN lmh_f8 lmh_load_activations(LMH_GLOBAL const lmh_u32 *row, lmh_u32 first, lmh_u32 values, lmh_u32 whole) {
+// from one address with no per-value test. Rows of a multiple of 4 values start 16-byte
+// aligned (a matvec input is, checked when recorded), and a lane's 8 start at a multiple
+// of 8: two 16-byte loads, a quarter of the requests. `load` (a literal) says which case
+// holds, or LMH_LOAD_PARTIAL to find out.
+LMH_FN lmh_f8 lmh_load_activations(LMH_GLOBAL const lmh_u32 *row, lmh_u32 first, lmh_u32 values, lmh_u32 load) {
     LMH_GLOBAL const lmh_u32 *p = row + first;
+    lmh_u32 all = load != LMH_LOAD_PARTIAL || first + 8u <= values;
     lmh_f8 a;
-    if ((whole != 0u || first + 8u <= values) && (values & 3u) == 0u) {
+    if (load == LMH_LOAD_WIDE || (load == LMH_LOAD_PARTIAL && all != 0u && (values & 3u) == 0u)) {
         lmh_words4 lo = lmh_load_words4(p);
         lmh_words4 hi = lmh_load_words4(p + 4);
         a.v[0] = lmh_flush(lo.x, LMH_DOT_OPERAND_MIN);
@@ -612,7 +656,7 @@ LMH_FN lmh_f8 lmh_load_activations(LMH_GLOBAL const lmh_u32 *row, lmh_u32 first,
         a.v[5] = lmh_flush(hi.y, LMH_DOT_OPERAND_MIN);
         a.v[6] = lmh_flush(hi.z, LMH_DOT_OPERAND_MIN);
         a.v[7] = lmh_flush(hi.w, LMH_DOT_OPERAND_MIN);
-    } else if (whole != 0u || first + 8u <= values) {
+    } else if (all != 0u) {
         for (lmh_u32 i = 0u; i < 8u; i++) a.v[i] = lmh_flush(p[i], LMH_DOT_OPERAND_MIN);
     } else {
         for (lmh_u32 i = 0u; i < 8u; i++) a.v[i] = first + i < values ? lmh_flush(p[i], LMH_DOT_OPERAND_MIN) : 0.0f;
@@ -630,7 +674,7 @@ LMH_FN void lmh_rms_norm(lmh_rms_norm_params p, LMH_GLOBAL const lmh_u32 *x, LMH
         LMH_GLOBAL lmh_u32 *yr = y + (lmh_u64)r * p.hidden;
         float acc = 0.0f;
         for (lmh_u32 first = lane << 3; first < p.hidden; first += 256u) {
-            lmh_f8 v = lmh_load_activations(xr, first, p.hidden, 0u);
+            lmh_f8 v = lmh_load_activations(xr, first, p.hidden, LMH_LOAD_PARTIAL);
             for (lmh_u32 i = 0u; i < 8u; i++) acc = lmh_fma(v.v[i], v.v[i], acc);
         }
         float sum_squares = lmh_butterfly(acc);
@@ -638,7 +682,7 @@ LMH_FN void lmh_rms_norm(lmh_rms_norm_params p, LMH_GLOBAL const lmh_u32 *x, LMH
         float v = mean + eps;
         float inv = lmh_as_uint(v) == LMH_POSITIVE_INF ? lmh_as_float(LMH_CANONICAL_NAN) : lmh_rsqrt(v);
         for (lmh_u32 first = lane << 3; first < p.hidden; first += 256u) {
-            lmh_f8 v8 = lmh_load_activations(xr, first, p.hidden, 0u);
+            lmh_f8 v8 = lmh_load_activations(xr, first, p.hidden, LMH_LOAD_PARTIAL);
             for (lmh_u32 i = 0u; i < 8u; i++) {
                 if (first + i >= p.hidden) break;
                 float t = v8.v[i] * inv;
@@ -655,14 +699,14 @@ typedef struct { float v[LMH_VOCAB_ROWS_PER_SIMDGROUP][LMH_ROWS_PER_PASS]; } lmh
 typedef struct { LMH_GLOBAL const lmh_u8 *row[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } lmh_vocab_rows;
 
 // Chunk c of a pass, whose bytes in each vocab row start at vocab.row[m]: each decoded
-// weight serves every row of the pass. rows_per_pass and whole are literals at every call,
+// weight serves every row of the pass. rows_per_pass and load are literals at every call,
 // so the loops unroll and the arrays live in registers.
-LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 whole, lmh_u32 lane, lmh_tile acc) {
+LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
     lmh_u32 at = (c << 8) + (lane << 3);
     lmh_f8 wv[LMH_VOCAB_ROWS_PER_SIMDGROUP];
-    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) wv[m] = lmh_decode(type, vocab.row[m], lane, p.hidden - (c << 8), whole);
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) wv[m] = lmh_decode(type, vocab.row[m], lane, p.hidden - (c << 8), load);
     for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
-        lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, whole);
+        lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, load);
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
             for (lmh_u32 i = 0u; i < 8u; i++) acc.v[m][r] = lmh_fma(wv[m].v[i], y.v[i], acc.v[m][r]);
         }
@@ -670,10 +714,22 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
     return acc;
 }
 
+// The chunks of a pass that every lane fills, read as `load` says (a literal).
+LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
+    for (lmh_u32 c = 0u; c < (p.hidden >> 8); c++) {
+        acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, c, load, lane, acc);
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += lmh_chunk_bytes(type);
+    }
+    return acc;
+}
+
 // One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) against activation rows
 // [row0, +rows_per_pass), all of them present. The chunks every lane fills run without a
-// bounds test; a last, partial chunk (hidden not a multiple of 256) runs with one, and a
-// lane whose values have ended stops there.
+// bounds test, with 16-byte loads where rows allow them (activation rows of a multiple of 4
+// values, and dense weight rows of a multiple of 16 bytes, start 16-byte aligned: checked
+// when recorded; quantized rows always hold a multiple of 32 values); a last, partial chunk
+// (hidden not a multiple of 256) runs with a bounds test, and a lane whose values have
+// ended stops there.
 LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane) {
     lmh_vocab_rows vocab;
     lmh_tile acc;
@@ -682,12 +738,17 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
         vocab.row[m] = w + j * p.row_bytes;
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) acc.v[m][r] = 0.0f;
     }
-    lmh_u32 whole_chunks = p.hidden >> 8;
-    for (lmh_u32 c = 0u; c < whole_chunks; c++) {
-        acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, c, 1u, lane, acc);
-        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += lmh_chunk_bytes(type);
+    lmh_u32 dense = type == LMH_TYPE_F32 || type == LMH_TYPE_F16 || type == LMH_TYPE_BF16;
+    if (dense == 0u || ((p.hidden & 3u) == 0u && (p.row_bytes & 15u) == 0u)) {
+        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_WIDE, lane, acc);
+    } else {
+        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_WHOLE, lane, acc);
     }
-    if (whole_chunks < p.chunks && (whole_chunks << 8) + (lane << 3) < p.hidden) acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, whole_chunks, 0u, lane, acc);
+    lmh_u32 whole_chunks = p.hidden >> 8;
+    if (whole_chunks < p.chunks && (whole_chunks << 8) + (lane << 3) < p.hidden) {
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += whole_chunks * lmh_chunk_bytes(type);
+        acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, whole_chunks, LMH_LOAD_PARTIAL, lane, acc);
+    }
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
             float logit = lmh_butterfly(acc.v[m][r]);

@@ -25,6 +25,13 @@ LMH_FN float lmh_fma(float a, float b, float c) {
     return __fmaf_rn(a, b, c);
 }
 
+LMH_FN float lmh_abs(float value) {
+    return fabsf(value);
+}
+
+// kernels.h's codes: bytes (byte i of word, 0, 0, 0x4B) in one prmt.
+#define LMH_BYTE_FLOAT_BITS(word, i) __byte_perm((word), 0x4B000000u, 0x7440u | (i))
+
 // f16 bits to f32 by the hardware conversion: exact (an f16 subnormal is a normal f32), and
 // cvt without .ftz keeps f16 subnormals whatever --ftz says. kernels.h's lmh_f16 uses it.
 // (Device code only: the host syntax check keeps the portable definition.)

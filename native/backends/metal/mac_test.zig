@@ -68,18 +68,20 @@ test "on a Mac: Metal equals the CPU backend for every head type, batch size and
     var prng = std.Random.DefaultPrng.init(0x6d6163);
     const random = prng.random();
     for (formats.all, 0..) |f, index| {
-        const case = try parity.makeCase(allocator, random, f.type, parity.eps_values[index % parity.eps_values.len]);
-        defer case.deinit(allocator);
-        const reference = try parity.runDevice(0, allocator, &case, case.pool);
-        defer reference.deinit(allocator);
-        for (parity.batch_sizes) |n| {
-            var order: [parity.pool_rows]u32 = undefined;
-            random.shuffle(u32, parity.identity(&order));
-            const x = try case.batch(allocator, order[0..n]);
-            defer allocator.free(x);
-            const metal = try parity.runDevice(1, allocator, &case, x);
-            defer metal.deinit(allocator);
-            try parity.expectSameRows("metal", &case, reference, metal, order[0..n]);
+        for (parity.hiddenSizes(f.type)) |hidden| {
+            const case = try parity.makeCase(allocator, random, f.type, hidden, parity.eps_values[index % parity.eps_values.len]);
+            defer case.deinit(allocator);
+            const reference = try parity.runDevice(0, allocator, &case, case.pool);
+            defer reference.deinit(allocator);
+            for (parity.batch_sizes) |n| {
+                var order: [parity.pool_rows]u32 = undefined;
+                random.shuffle(u32, parity.identity(&order));
+                const x = try case.batch(allocator, order[0..n]);
+                defer allocator.free(x);
+                const metal = try parity.runDevice(1, allocator, &case, x);
+                defer metal.deinit(allocator);
+                try parity.expectSameRows("metal", &case, reference, metal, order[0..n]);
+            }
         }
     }
 }

@@ -28,6 +28,10 @@ LMH_FN float lmh_fma(float a, float b, float c) {
     return __builtin_fmaf(a, b, c);
 }
 
+LMH_FN float lmh_abs(float value) {
+    return __builtin_fabsf(value);
+}
+
 // Little-endian loads from a byte buffer. The GPUs need p even for lmh_load16 and a
 // multiple of 4 for lmh_load32; the host would not, so the emulator traps a misaligned
 // address here and CI catches what a GPU would fault on.

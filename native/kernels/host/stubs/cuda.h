@@ -13,6 +13,8 @@ extern const lmh_stub_dim3 threadIdx, blockIdx, blockDim, gridDim;
 unsigned int __float_as_uint(float value);
 float __uint_as_float(unsigned int bits);
 float __fmaf_rn(float a, float b, float c);
+float fabsf(float value);
+unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int selector);
 unsigned int __shfl_xor_sync(unsigned int members, unsigned int value, int lane_mask);
 struct uint4 {
     unsigned int x, y, z, w;
