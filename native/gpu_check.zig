@@ -6,7 +6,8 @@
 //! why and exits 0, so CI machines skip it with a reason.
 //!
 //!   lmhead-gpu-check check   every type x N, realistic and adversarial inputs, --ftz both ways
-//!   lmhead-gpu-check bench   ms per call, % of the floor, at vocab 262144 x hidden 2816
+//!   lmhead-gpu-check bench [TYPES [ROWS]]   ms per call, % of the floor, at vocab 262144 x hidden 2816,
+//!                            for every head type and N, or those listed (e.g. `Q6_K,F16 1,8`)
 const std = @import("std");
 const formats = @import("numerics/formats.zig");
 const device_mod = @import("core/device.zig");
@@ -66,9 +67,11 @@ pub fn main(init: std.process.Init.Minimal) !void {
     if (std.mem.eql(u8, mode, "check")) {
         try check(cuda);
     } else if (std.mem.eql(u8, mode, "bench")) {
-        try bench(cuda);
+        const types = args.next() orelse "";
+        const rows = args.next() orelse "";
+        try bench(cuda, types, rows);
     } else {
-        std.debug.print("usage: lmhead-gpu-check check|bench\n", .{});
+        std.debug.print("usage: lmhead-gpu-check check | bench [TYPE,... [N,...]]\n", .{});
         std.process.exit(2);
     }
 }
@@ -287,7 +290,15 @@ fn compareRows(want: []const f32, got: []const f32, order: []const u32, vocab: u
     return result;
 }
 
-fn bench(cuda: u64) !void {
+/// Whether `item` is in the comma-separated `list`; an empty list holds everything.
+fn listed(list: []const u8, item: []const u8) bool {
+    if (list.len == 0) return true;
+    var it = std.mem.splitScalar(u8, list, ',');
+    while (it.next()) |entry| if (std.ascii.eqlIgnoreCase(entry, item)) return true;
+    return false;
+}
+
+fn bench(cuda: u64, types: []const u8, rows: []const u8) !void {
     const a = std.heap.c_allocator;
     var bandwidth: [2]f64 = undefined;
     try ok(lib.lmh_device_read_bandwidth(cuda, 4 << 30, 20, &bandwidth));
@@ -305,7 +316,7 @@ fn bench(cuda: u64) !void {
     try launchOverhead(cuda, norm, x);
     std.debug.print("\n| type | GB | N | ms/call | matvec alone ms | floor ms | % of floor (call) | % of floor (matvec) | logits read ms |\n|---|---|---|---|---|---|---|---|---|\n", .{});
     for (formats.all) |f| {
-        if (!f.head) continue;
+        if (!f.head or !listed(types, f.name)) continue;
         const row_bytes = formats.rowBytes(f.type, full_hidden).?;
         const weights = try a.alloc(u8, row_bytes * full_vocab);
         defer a.free(weights);
@@ -314,6 +325,8 @@ fn bench(cuda: u64) !void {
         defer head.deinit();
         try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
         for (bench_rows) |n| {
+            var name: [8]u8 = undefined;
+            if (!listed(rows, std.fmt.bufPrint(&name, "{d}", .{n}) catch unreachable)) continue;
             const ms = try timeHead(&head, n, 20, .head);
             const matvec_ms = try timeHead(&head, n, 20, .matvec);
             const read_ms = try timeRead(&head, n);
@@ -370,13 +383,13 @@ fn compileOnly() void {
         std.debug.print("SKIP: NVRTC compile: {s}\n", .{status.message()});
         return;
     };
-    for (cuda_backend.pass_sizes, cuda_backend.vocab_rows_per_warp, 0..) |rows, vocab_rows, pass| {
+    for (cuda_backend.pass_sizes, cuda_backend.tunings, 0..) |rows, tuning, pass| {
         const start = seconds();
-        const image = cuda_backend.compileModule(&nvrtc.table, 90, false, pass, vocab_rows) catch {
+        const image = cuda_backend.compileModule(&nvrtc.table, 90, false, pass, tuning) catch {
             std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
             std.process.exit(1);
         };
         defer std.heap.c_allocator.free(image);
-        std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp: {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, vocab_rows, image.len, seconds() - start });
+        std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp ({d} dense): {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, tuning.vocab_rows, tuning.dense_vocab_rows, image.len, seconds() - start });
     }
 }

@@ -64,8 +64,8 @@ def compile_modules(nvrtc):
     if len(lines) != 4:
         sys.exit("lmhead-gpu-check did not compile the four modules:\n" + out.stdout + out.stderr)
     cubins = sorted((os.path.join(CACHE, f) for f in os.listdir(CACHE) if f.endswith(".cubin")), key=os.path.getmtime)
-    # "..., 8 rows per pass, 8 vocab rows per warp: ..." -> (rows, vocab rows)
-    shapes = [tuple(int(x) for x in re.search(r"(\d+) rows per pass, (\d+) vocab rows", l).groups()) for l in lines]
+    # "..., 8 rows per pass, 8 vocab rows per warp (4 dense): ..." -> (rows, vocab rows, dense vocab rows)
+    shapes = [tuple(int(x) for x in re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp \((\d+) dense\)", l).groups()) for l in lines]
     return list(zip(shapes, cubins))
 
 
@@ -108,10 +108,11 @@ def main():
     nvrtc, cuobjdump, _ = fetch()
     print("| type | rows per pass | vocab rows per warp | registers | spilled bytes | chunk loop instructions | per weight decoded | top operations |")
     print("|---|---|---|---|---|---|---|---|")
-    for (rows, vocab_rows), cubin in compile_modules(nvrtc):
+    for (rows, quantized_rows, dense_rows), cubin in compile_modules(nvrtc):
         usage = resources(cuobjdump, cubin)
         for t in types:
             function = f"matvec_{t}_f32"
+            vocab_rows = dense_rows if t in ("F32", "F16", "BF16") else quantized_rows
             registers, local = usage[function]
             body = chunk_loop(instructions(cuobjdump, cubin, function))
             ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in body)

@@ -75,7 +75,7 @@ pub fn Emulator(comptime prefix: []const u8) type {
 
 /// The source's default tuning (LMH_VOCAB_ROWS_PER_SIMDGROUP, LMH_ROWS_PER_PASS).
 pub const default = Emulator("lmh_emulator");
-/// Another tuning: 3 vocab rows per simdgroup, 4 rows per pass (Metal's rows per pass).
+/// Another tuning: 3 vocab rows per simdgroup, 4 rows per pass (Metal's rows per pass), steps of 2 chunks.
 pub const retuned = Emulator("lmh_emulator_retuned");
 
 // ---------------------------------------------------------------------------------------

@@ -22,11 +22,31 @@ const threads_per_block = 32 * warps_per_block;
 /// occupancy that bandwidth needs. A module is compiled when a call first needs it (the
 /// 8-row one takes NVRTC most of a minute), the 1-row one when the device opens.
 pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
-/// Vocab rows one warp computes per pass size: they share each activation load, and more
-/// of them keep more weight bytes in flight. Measured on an H200 (README): 8 beat 4 at 1, 2
-/// and 8 rows per pass, 4 beat 8 at 4. `LMHEAD_CUDA_VOCAB_ROWS` sets one value for all
-/// (tuning runs).
-pub const vocab_rows_per_warp = [pass_sizes.len]u32{ 8, 8, 4, 8 };
+/// A module's tuning macros (kernels.h): vocab rows one warp computes, for quantized and for
+/// dense types (they share each activation load, and more of them keep more weight bytes in
+/// flight), and chunks per step of the chunk loop.
+pub const Tuning = struct {
+    vocab_rows: u32,
+    dense_vocab_rows: u32,
+    chunks_per_step: u32,
+
+    fn vocabRows(tuning: Tuning, type_id: u32) u32 {
+        const dense = formats.format(type_id).?.block_values == 1;
+        return if (dense) tuning.dense_vocab_rows else tuning.vocab_rows;
+    }
+};
+
+/// Per pass size, measured on an H200 against 4, 8 and 16 vocab rows and steps of 1 and 2
+/// chunks (bench/results/cuda-h200.md): at one row per pass 8 vocab rows suit quantized rows
+/// and 4 dense ones (8 left BF16 at half its floor, 4 cost Q8_0 a fifth); at 4 rows per pass
+/// steps of 2 chunks nearly doubled F32 and BF16. `LMHEAD_CUDA_VOCAB_ROWS` sets every vocab
+/// row count (tuning runs).
+pub const tunings = [pass_sizes.len]Tuning{
+    .{ .vocab_rows = 8, .dense_vocab_rows = 4, .chunks_per_step = 1 },
+    .{ .vocab_rows = 8, .dense_vocab_rows = 8, .chunks_per_step = 1 },
+    .{ .vocab_rows = 4, .dense_vocab_rows = 4, .chunks_per_step = 2 },
+    .{ .vocab_rows = 8, .dense_vocab_rows = 8, .chunks_per_step = 1 },
+};
 
 /// The module of the smallest pass size that holds `rows` (the largest past it).
 fn passIndex(rows: u32) usize {
@@ -36,10 +56,12 @@ fn passIndex(rows: u32) usize {
 
 /// The compiled module of pass size `pass` (from the cache, or NVRTC's now): the kernel source
 /// with its tuning macros for that pass size. Caller frees it with c_allocator.
-pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, vocab_rows: u32) Error![]u8 {
+pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, tuning: Tuning) Error![]u8 {
     return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &.{
-        .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows },
+        .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", tuning.vocab_rows },
+        .{ "LMH_DENSE_VOCAB_ROWS_PER_SIMDGROUP", tuning.dense_vocab_rows },
         .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
+        .{ "LMH_CHUNKS_PER_STEP", tuning.chunks_per_step },
     } });
 }
 /// Pinned staging for uploads: they alternate between two buffers so the host fills one
@@ -95,7 +117,7 @@ pub const Backend = struct {
     staging_free: [2]driver.Event = .{ null, null },
     /// The stream and the staging buffers serve one call at a time.
     lock: std.c.pthread_mutex_t = .{},
-    vocab_rows: [pass_sizes.len]u32 = vocab_rows_per_warp,
+    tunings: [pass_sizes.len]Tuning = tunings,
     gpu_name: [96]u8 = @splat(0),
     arch: u32 = 0,
     multiprocessors: u32 = 0,
@@ -152,7 +174,10 @@ pub const Backend = struct {
         if (std.c.getenv("LMHEAD_CUDA_VOCAB_ROWS")) |v| {
             const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch 0;
             if (n < 1 or n > 16) return fail(error.InvalidArgument, "LMHEAD_CUDA_VOCAB_ROWS={s}: expected 1 to 16", .{v});
-            backend.vocab_rows = @splat(n);
+            for (&backend.tunings) |*t| {
+                t.vocab_rows = n;
+                t.dense_vocab_rows = n;
+            }
         }
         try backend.loadModule(0);
         // The kernels other than matvec are the same in every module: the first one's.
@@ -170,7 +195,7 @@ pub const Backend = struct {
     /// its matvec entry points by the registry's names (entries.cu). The context is current.
     fn loadModule(backend: *Backend, pass: usize) Error!void {
         if (backend.modules[pass] != null) return;
-        const image = try compileModule(backend.nvrtc, backend.arch, backend.ftz, pass, backend.vocab_rows[pass]);
+        const image = try compileModule(backend.nvrtc, backend.arch, backend.ftz, pass, backend.tunings[pass]);
         defer std.heap.c_allocator.free(image);
         var m: driver.Module = null;
         try backend.cuda.check(backend.cuda.cuModuleLoadData(&m, image.ptr), "cuModuleLoadData");
@@ -324,7 +349,7 @@ pub const Backend = struct {
             .matvec => |c| {
                 const pass = passIndex(c.params.rows);
                 std.debug.assert(backend.modules[pass] != null); // loaded by execute
-                const grid = warpGrid(c.params.vocab, backend.vocab_rows[pass]);
+                const grid = warpGrid(c.params.vocab, backend.tunings[pass].vocabRows(c.params.type_id));
                 try backend.launch(k.matvec[pass][formatIndex(c.params.type_id)], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
             .softcap => |c| {
