@@ -364,10 +364,37 @@ LMH_FN lmh_bytes8 lmh_merge(lmh_bytes8 a, lmh_bytes8 b, lmh_u32 shift) {
 
 typedef struct { float v[8]; } lmh_f8;
 
-// K[q] + 128 of the IQ4_NL/IQ4_XS code table (formats.zig iq4_values), four per word.
-LMH_FN float lmh_iq4(lmh_u32 q) {
-    lmh_u32 word = q < 8u ? (q < 4u ? 0x3F2D1801u : 0x766A5D4Fu) : (q < 12u ? 0xA6998D81u : 0xF1D9C5B5u);
-    return lmh_int((word >> ((q & 3u) << 3)) & 0xFFu, 128u);
+// K[q] + 128 of the IQ4_NL/IQ4_XS code table (formats.zig iq4_values), four entries per
+// word, entries 0-3 first.
+#define LMH_IQ4_TABLE0 0x3F2D1801u
+#define LMH_IQ4_TABLE1 0x766A5D4Fu
+#define LMH_IQ4_TABLE2 0xA6998D81u
+#define LMH_IQ4_TABLE3 0xF1D9C5B5u
+
+// Each byte of `codes` (a code below 16) replaced by its table entry K[q] + 128. A prelude
+// with a byte permute defines LMH_IQ4_BYTES to look up four at once (CUDA's prmt).
+#ifdef LMH_IQ4_BYTES
+LMH_FN lmh_u32 lmh_iq4_bytes(lmh_u32 codes) {
+    return LMH_IQ4_BYTES(codes);
+}
+#else
+LMH_FN lmh_u32 lmh_iq4_bytes(lmh_u32 codes) {
+    lmh_u32 r = 0u;
+    for (lmh_u32 i = 0u; i < 4u; i++) {
+        lmh_u32 q = (codes >> (i << 3)) & 15u;
+        lmh_u32 word = q < 8u ? (q < 4u ? LMH_IQ4_TABLE0 : LMH_IQ4_TABLE1) : (q < 12u ? LMH_IQ4_TABLE2 : LMH_IQ4_TABLE3);
+        r |= ((word >> ((q & 3u) << 3)) & 0xFFu) << (i << 3);
+    }
+    return r;
+}
+#endif
+
+// A lane's 8 codes as their table entries, K[q] + 128.
+LMH_FN lmh_bytes8 lmh_iq4(lmh_bytes8 q) {
+    lmh_bytes8 r;
+    r.lo = lmh_iq4_bytes(q.lo);
+    r.hi = lmh_iq4_bytes(q.hi);
+    return r;
 }
 
 // Q4_0 d·(q−8), IQ4_NL d·K[q]: lane 4b+j has values 8j.. of block b, the low (j < 2) or
@@ -378,11 +405,10 @@ LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, l
     lmh_u32 at = (lane & 1u) << 3;
     lmh_u32 shift = (lane & 2u) << 1;
     lmh_bytes8 q = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x0F0F0F0Fu);
+    if (type == LMH_TYPE_IQ4_NL) q = lmh_iq4(q);
+    lmh_u32 offset = type == LMH_TYPE_Q4_0 ? 8u : 128u;
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) {
-        float code = type == LMH_TYPE_Q4_0 ? lmh_code(q, i, 8u) : lmh_iq4(lmh_byte(q, i));
-        w.v[i] = d * code;
-    }
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = d * lmh_code(q, i, offset);
     return w;
 }
 
@@ -555,9 +581,9 @@ LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     float dl = lmh_f16(d_high & 0xFFFFu) * lmh_int(low | (high << 4), 32u);
     lmh_u32 at = (j << 4) + ((lane & 1u) << 3);
     lmh_u32 shift = (lane & 2u) << 1;
-    lmh_bytes8 q = lmh_bits(lmh_load_words8(b->qs + at), shift, 0x0F0F0F0Fu);
+    lmh_bytes8 q = lmh_iq4(lmh_bits(lmh_load_words8(b->qs + at), shift, 0x0F0F0F0Fu));
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_iq4(lmh_byte(q, i));
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_code(q, i, 128u);
     return w;
 }
 

@@ -32,6 +32,19 @@ LMH_FN float lmh_abs(float value) {
 // kernels.h's codes: bytes (byte i of word, 0, 0, 0x4B) in one prmt.
 #define LMH_BYTE_FLOAT_BITS(word, i) __byte_perm((word), 0x4B000000u, 0x7440u | (i))
 
+// kernels.h's IQ4 table (four words), four codes at once: prmt picks bytes by the low 3
+// bits of each selector nibble, so the codes' low 3 bits, one to a nibble, select from
+// entries 0-7 and from entries 8-15, and each code's bit 3 chooses between the two.
+LMH_FN lmh_u32 lmh_cuda_iq4_bytes(lmh_u32 codes, lmh_u32 t0, lmh_u32 t1, lmh_u32 t2, lmh_u32 t3) {
+    lmh_u32 low3 = codes & 0x07070707u;
+    lmh_u32 selector = __byte_perm(low3 | (low3 >> 4), 0u, 0x4420u);
+    lmh_u32 low = __byte_perm(t0, t1, selector);
+    lmh_u32 high = __byte_perm(t2, t3, selector);
+    lmh_u32 upper = ((codes >> 3) & 0x01010101u) * 0xFFu;
+    return (low & ~upper) | (high & upper);
+}
+#define LMH_IQ4_BYTES(codes) lmh_cuda_iq4_bytes((codes), LMH_IQ4_TABLE0, LMH_IQ4_TABLE1, LMH_IQ4_TABLE2, LMH_IQ4_TABLE3)
+
 // f16 bits to f32 by the hardware conversion: exact (an f16 subnormal is a normal f32), and
 // cvt without .ftz keeps f16 subnormals whatever --ftz says. kernels.h's lmh_f16 uses it.
 // (Device code only: the host syntax check keeps the portable definition.)
