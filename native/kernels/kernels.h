@@ -322,12 +322,8 @@ LMH_FN lmh_bytes8 lmh_load_words8(LMH_GLOBAL const lmh_u8 *p) {
     return b;
 }
 
-// Byte i of b; i is a literal wherever this is called, so it folds to a shift and a mask.
-LMH_FN lmh_u32 lmh_byte(lmh_bytes8 b, lmh_u32 i) {
-    return ((i < 4u ? b.lo : b.hi) >> ((i & 3u) << 3)) & 0xFFu;
-}
-
-// Byte i of b minus offset, exactly (lmh_int of lmh_byte): a decoder's code as a float.
+// Byte i of b minus offset, exactly (as lmh_int): a decoder's code as a float. i is a
+// literal wherever this is called, so it folds to one byte's extraction.
 LMH_FN float lmh_code(lmh_bytes8 b, lmh_u32 i, lmh_u32 offset) {
     return lmh_as_float(LMH_BYTE_FLOAT_BITS(i < 4u ? b.lo : b.hi, i & 3u)) - lmh_as_float(0x4B000000u | offset);
 }
