@@ -400,14 +400,12 @@ fn checkRowsAligned(buffer: *Buffer, comptime what: []const u8, hidden: u32) Err
 }
 
 /// GPU kernels read block fields with aligned 16-bit loads (32-bit ones for F32 rows), so
-/// weights start 4-byte aligned; dense rows of a multiple of 16 bytes (with a multiple of 4
-/// values) are read with 16-byte loads, so those start 16-byte aligned. As for activations,
-/// the same rule on every backend.
+/// weights start 4-byte aligned; dense rows of a multiple of 16 bytes are read with 16-byte
+/// loads, so those start 16-byte aligned. As for activations, the same rule on every backend.
 fn checkWeightsAligned(w: *Buffer, format: formats.Format, hidden: u32) Error!void {
     if (w.address() % 4 != 0) return fail(error.InvalidArgument, "matvec weights are not 4-byte aligned (the GPU kernels read them with aligned loads)", .{});
-    const dense = format.block_values == 1;
-    const wide = hidden % 4 == 0 and formats.rowBytes(format.type, hidden).? % 16 == 0;
-    if (dense and wide and w.address() % 16 != 0) return fail(error.InvalidArgument, "matvec weights are not 16-byte aligned (dense rows of a multiple of 16 bytes are read with 16-byte loads)", .{});
+    const wide = format.block_values == 1 and formats.rowBytes(format.type, hidden).? % 16 == 0;
+    if (wide and w.address() % 16 != 0) return fail(error.InvalidArgument, "matvec weights are not 16-byte aligned (dense rows of a multiple of 16 bytes are read with 16-byte loads)", .{});
 }
 
 fn checkF32(buffer: *Buffer, comptime what: []const u8, bytes: u64) Error!void {

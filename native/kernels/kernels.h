@@ -584,11 +584,17 @@ LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
 }
 
 // F32, F16, BF16: one value per block; values past the row's end (`values`, counted from the
-// chunk's first) are +0. F32 and BF16 weights pass their flush point; F16 ones are multiples of 2^-24.
+// chunk's first) are +0. The weight whose stored bits are `bits` (F16 and BF16: 16 of them):
+// F32 and BF16 weights pass their flush point; F16 ones are multiples of 2^-24.
+LMH_FN float lmh_dense_weight(lmh_u32 bits, lmh_u32 type) {
+    if (type == LMH_TYPE_F32) return lmh_flush(bits, LMH_DOT_OPERAND_MIN);
+    if (type == LMH_TYPE_F16) return lmh_f16(bits);
+    return lmh_flush(bits << 16, LMH_DOT_OPERAND_MIN);
+}
+
+// Value i from p, one load.
 LMH_FN float lmh_dense_value(LMH_GLOBAL const lmh_u8 *p, lmh_u32 i, lmh_u32 type) {
-    if (type == LMH_TYPE_F32) return lmh_flush(lmh_load32(p + (i << 2)), LMH_DOT_OPERAND_MIN);
-    if (type == LMH_TYPE_F16) return lmh_f16(lmh_load16(p + (i << 1)));
-    return lmh_flush(lmh_load16(p + (i << 1)) << 16, LMH_DOT_OPERAND_MIN);
+    return lmh_dense_weight(type == LMH_TYPE_F32 ? lmh_load32(p + (i << 2)) : lmh_load16(p + (i << 1)), type);
 }
 
 // The 8 values from a 16-byte aligned p: F32 in two loads, F16 and BF16 in one.
@@ -600,13 +606,13 @@ LMH_FN lmh_f8 lmh_decode_dense_wide(LMH_GLOBAL const lmh_u8 *p, lmh_u32 type) {
         lmh_words4 b = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)p + 4);
         lmh_u32 v[4] = { b.x, b.y, b.z, b.w };
         for (lmh_u32 i = 0u; i < 4u; i++) {
-            w.v[i] = lmh_flush(u[i], LMH_DOT_OPERAND_MIN);
-            w.v[4u + i] = lmh_flush(v[i], LMH_DOT_OPERAND_MIN);
+            w.v[i] = lmh_dense_weight(u[i], type);
+            w.v[4u + i] = lmh_dense_weight(v[i], type);
         }
     } else {
         for (lmh_u32 i = 0u; i < 4u; i++) {
-            w.v[2u * i] = type == LMH_TYPE_F16 ? lmh_f16(u[i] & 0xFFFFu) : lmh_flush(u[i] << 16, LMH_DOT_OPERAND_MIN);
-            w.v[2u * i + 1u] = type == LMH_TYPE_F16 ? lmh_f16(u[i] >> 16) : lmh_flush(u[i] & 0xFFFF0000u, LMH_DOT_OPERAND_MIN);
+            w.v[2u * i] = lmh_dense_weight(u[i] & 0xFFFFu, type);
+            w.v[2u * i + 1u] = lmh_dense_weight(u[i] >> 16, type);
         }
     }
     return w;

@@ -93,7 +93,7 @@ export function resolveHead(gguf: GgufFile, opts: HeadOptions = {}): ResolvedHea
   // Native kernels read f32 norm values (and f16 scales) in place, and dense head rows of a
   // multiple of 16 bytes 16 bytes at a time; with general.alignment < 16 a tensor could start
   // at an address they cannot load from.
-  const wideRows = format.blockValues === 1 && hidden % 4 === 0 && (hidden * format.blockBytes) % 16 === 0;
+  const wideRows = format.blockValues === 1 && (hidden * format.blockBytes) % 16 === 0;
   for (const t of [norm, headTensor]) {
     const bytes = t === headTensor && wideRows ? 16 : 4;
     if (t.fileOffset % bytes !== 0) fail(`'${t.name}' data is not ${bytes}-byte aligned (general.alignment ${gguf.alignment})`);
