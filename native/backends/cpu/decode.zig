@@ -141,16 +141,17 @@ inline fn perLane(comptime n: usize, v: @Vector(n, f32)) V32f {
     return @shuffle(f32, v, undefined, m);
 }
 
-/// Converts lane-major codes and writes out = scale·q (+ or − min), step by step.
+/// Converts lane-major codes and writes out = scale·q (+ or − min), step by step. scale·q
+/// is exact, so one fma rounds the sum as NUMERICS.md §2 rounds it.
 inline fn emit(comptime E: type, lm: [4]@Vector(64, u8), scale: V32f, comptime min_op: enum { none, add, sub }, min: V32f, out: *[256]f32) void {
+    const addend = if (min_op == .sub) -min else min;
     inline for (0..4) |j| {
         inline for (0..2) |h| {
             const codes: @Vector(32, E) = @bitCast(half(u8, 32, lm[j], h == 1));
             const q: V32f = @floatFromInt(codes);
             const v = switch (min_op) {
                 .none => scale * q,
-                .add => scale * q + min,
-                .sub => scale * q - min,
+                .add, .sub => @mulAdd(V32f, scale, q, addend),
             };
             out[64 * j + 32 * h ..][0..32].* = v;
         }
