@@ -383,7 +383,11 @@ fn compileOnly() void {
         std.debug.print("SKIP: NVRTC compile: {s}\n", .{status.message()});
         return;
     };
-    for (cuda_backend.pass_sizes, cuda_backend.tunings, 0..) |rows, tuning, pass| {
+    const tunings = cuda_backend.tuningsFromEnv() catch {
+        std.debug.print("FAIL: {s}\n", .{status.message()});
+        std.process.exit(1);
+    };
+    for (cuda_backend.pass_sizes, tunings, 0..) |rows, tuning, pass| {
         const start = seconds();
         const image = cuda_backend.compileModule(&nvrtc.table, 90, false, pass, tuning) catch {
             std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });

@@ -29,6 +29,8 @@ pub const Tuning = struct {
     vocab_rows: u32,
     dense_vocab_rows: u32,
     chunks_per_step: u32,
+    /// Blocks an SM must hold at once: NVRTC caps the matvec's registers to fit them (0: no cap).
+    min_blocks: u32 = 0,
 
     fn vocabRows(tuning: Tuning, type_id: u32) u32 {
         const dense = formats.format(type_id).?.block_values == 1;
@@ -39,14 +41,36 @@ pub const Tuning = struct {
 /// Per pass size, measured on an H200 against 4, 8 and 16 vocab rows and steps of 1 and 2
 /// chunks (bench/results/cuda-h200.md): at one row per pass 8 vocab rows suit quantized rows
 /// and 4 dense ones (8 left BF16 at half its floor, 4 cost Q8_0 a fifth); at 4 rows per pass
-/// steps of 2 chunks nearly doubled F32 and BF16. `LMHEAD_CUDA_VOCAB_ROWS` sets every vocab
-/// row count (tuning runs).
+/// steps of 2 chunks nearly doubled F32 and BF16. At one row per pass, registers capped so
+/// that 4 blocks fit an SM (0, 4, 6 and 8 measured) raised every type at N = 1, F32 86 → 99%
+/// and BF16 81 → 93% of the floor, Q4_K 24 → 31%, Q5_K 22 → 33%; at 2 rows per pass the cap
+/// cost Q2_K as much as it gave Q8_0. tuningsFromEnv applies a tuning run's overrides.
 pub const tunings = [pass_sizes.len]Tuning{
-    .{ .vocab_rows = 8, .dense_vocab_rows = 4, .chunks_per_step = 1 },
+    .{ .vocab_rows = 8, .dense_vocab_rows = 4, .chunks_per_step = 1, .min_blocks = 4 },
     .{ .vocab_rows = 8, .dense_vocab_rows = 8, .chunks_per_step = 1 },
     .{ .vocab_rows = 4, .dense_vocab_rows = 4, .chunks_per_step = 2 },
     .{ .vocab_rows = 8, .dense_vocab_rows = 8, .chunks_per_step = 1 },
 };
+
+/// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every vocab row
+/// count, `LMHEAD_CUDA_MIN_BLOCKS` every module's blocks per SM.
+pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
+    var result = tunings;
+    if (std.c.getenv("LMHEAD_CUDA_VOCAB_ROWS")) |v| {
+        const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch 0;
+        if (n < 1 or n > 16) return fail(error.InvalidArgument, "LMHEAD_CUDA_VOCAB_ROWS={s}: expected 1 to 16", .{v});
+        for (&result) |*t| {
+            t.vocab_rows = n;
+            t.dense_vocab_rows = n;
+        }
+    }
+    if (std.c.getenv("LMHEAD_CUDA_MIN_BLOCKS")) |v| {
+        const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch 0;
+        if (n > 16) return fail(error.InvalidArgument, "LMHEAD_CUDA_MIN_BLOCKS={s}: expected 0 to 16", .{v});
+        for (&result) |*t| t.min_blocks = n;
+    }
+    return result;
+}
 
 /// The module of the smallest pass size that holds `rows` (the largest past it).
 fn passIndex(rows: u32) usize {
@@ -62,6 +86,8 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_DENSE_VOCAB_ROWS_PER_SIMDGROUP", tuning.dense_vocab_rows },
         .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
         .{ "LMH_CHUNKS_PER_STEP", tuning.chunks_per_step },
+        .{ "LMH_CUDA_BLOCK_THREADS", threads_per_block },
+        .{ "LMH_CUDA_MIN_BLOCKS", tuning.min_blocks },
     } });
 }
 /// Pinned staging for uploads: they alternate between two buffers so the host fills one
@@ -171,14 +197,7 @@ pub const Backend = struct {
         }
         for (&backend.timing) |*e| try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
         backend.ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
-        if (std.c.getenv("LMHEAD_CUDA_VOCAB_ROWS")) |v| {
-            const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch 0;
-            if (n < 1 or n > 16) return fail(error.InvalidArgument, "LMHEAD_CUDA_VOCAB_ROWS={s}: expected 1 to 16", .{v});
-            for (&backend.tunings) |*t| {
-                t.vocab_rows = n;
-                t.dense_vocab_rows = n;
-            }
-        }
+        backend.tunings = try tuningsFromEnv();
         try backend.loadModule(0);
         // The kernels other than matvec are the same in every module: the first one's.
         const k = &backend.kernels;

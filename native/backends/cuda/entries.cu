@@ -29,8 +29,23 @@ extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const
     lmh_sum_segments(p, partials, counts, simdgroup, simdgroups, lane);
 }
 
+// Occupancy: with LMH_CUDA_MIN_BLOCKS > 0, NVRTC caps the matvec's registers so that that
+// many blocks of LMH_CUDA_BLOCK_THREADS threads fit one SM (the backend's tuning).
+#ifndef LMH_CUDA_BLOCK_THREADS
+#define LMH_CUDA_BLOCK_THREADS 128u
+#endif
+#ifndef LMH_CUDA_MIN_BLOCKS
+#define LMH_CUDA_MIN_BLOCKS 0u
+#endif
+#if LMH_CUDA_MIN_BLOCKS > 0
+#define LMH_CUDA_MATVEC_BOUNDS __launch_bounds__(LMH_CUDA_BLOCK_THREADS, LMH_CUDA_MIN_BLOCKS)
+#else
+#define LMH_CUDA_MATVEC_BOUNDS
+#endif
+
 #define LMH_CUDA_MATVEC(name, type)                                                                            \
-    extern "C" __global__ void matvec_##name##_f32(lmh_matvec_params p, const lmh_u32 *x, const lmh_u8 *w, lmh_u32 *out) { \
+    extern "C" __global__ void LMH_CUDA_MATVEC_BOUNDS                                                         \
+    matvec_##name##_f32(lmh_matvec_params p, const lmh_u32 *x, const lmh_u8 *w, lmh_u32 *out) {               \
         LMH_CUDA_IDS                                                                                           \
         lmh_matvec(p, type, x, w, out, simdgroup, simdgroups, lane);                                           \
     }

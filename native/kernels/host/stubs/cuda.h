@@ -3,6 +3,7 @@
 // Only declarations: nothing here runs.
 #define __device__
 #define __global__
+#define __launch_bounds__(threads, blocks)
 #define __forceinline__ inline
 
 struct lmh_stub_dim3 {
