@@ -41,14 +41,15 @@ pub const Tuning = struct {
 /// Per pass size, measured on an H200 against 4, 8 and 16 vocab rows and steps of 1 and 2
 /// chunks (bench/results/cuda-h200.md): at one row per pass 8 vocab rows suit quantized rows
 /// and 4 dense ones (8 left BF16 at half its floor, 4 cost Q8_0 a fifth); at 4 rows per pass
-/// steps of 2 chunks nearly doubled F32 and BF16. At one row per pass, registers capped so
-/// that 4 blocks fit an SM (0, 4, 6 and 8 measured) raised every type at N = 1, F32 86 → 99%
-/// and BF16 81 → 93% of the floor, Q4_K 24 → 31%, Q5_K 22 → 33%; at 2 rows per pass the cap
-/// cost Q2_K as much as it gave Q8_0. tuningsFromEnv applies a tuning run's overrides.
+/// steps of 2 chunks nearly doubled F32 and BF16. At 1 and 4 rows per pass, registers capped
+/// so that 4 blocks fit an SM (0, 3, 4, 6 and 8 measured) kept every type within a point or
+/// faster (N = 1: F32 86 → 99% and BF16 81 → 93% of the floor, Q4_K 24 → 31%; N = 4: F16 74 →
+/// 81%, Q6_K 24 → 28%); at 2 rows per pass the cap cost Q2_K as much as it gave Q8_0.
+/// tuningsFromEnv applies a tuning run's overrides.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .vocab_rows = 8, .dense_vocab_rows = 4, .chunks_per_step = 1, .min_blocks = 4 },
     .{ .vocab_rows = 8, .dense_vocab_rows = 8, .chunks_per_step = 1 },
-    .{ .vocab_rows = 4, .dense_vocab_rows = 4, .chunks_per_step = 2 },
+    .{ .vocab_rows = 4, .dense_vocab_rows = 4, .chunks_per_step = 2, .min_blocks = 4 },
     .{ .vocab_rows = 8, .dense_vocab_rows = 8, .chunks_per_step = 1 },
 };
 
