@@ -82,7 +82,7 @@ export const benchFlags: FlagSpec[] = [
   { name: "hidden", value: "H", help: "hidden size (default 2816; must be whole blocks of every type benched)" },
   { name: "iterations", value: "I", help: "measured iterations per task (default 3; the median is reported)" },
   { name: "warmup", value: "W", help: "warm-up iterations per task (default 1)" },
-  { name: "out", value: "DIR", help: "directory for head-bench-<vocab>x<hidden>.json and .svg, peer-<name>-… with --peer (default bench/results/)" },
+  { name: "out", value: "DIR", help: "directory for head-bench-<vocab>x<hidden>.json and .svg (peer-<name>[-<buffer>]-… with --peer; default bench/results/)" },
   ...peerFlags,
   ...commonFlags,
 ];
@@ -310,8 +310,10 @@ async function benchMain(argv: string[]): Promise<number> {
     return 0;
   }
   const result = await runBench(opts, (line) => console.error(`lmhead bench: ${line}`));
-  // A peer run names its files apart, so it never replaces the full table of a plain run.
-  const base = join(opts.outDir, `${opts.peer ? `peer-${opts.peer.name}` : "head-bench"}-${opts.vocab}x${opts.hidden}`);
+  // A peer run names its files apart (and by the peer's buffer when one is asked for), so it
+  // never replaces the full table of a plain run or a run on another buffer.
+  const peer = opts.peer ? `peer-${opts.peer.name}${opts.peer.buffer === "best" ? "" : `-${opts.peer.buffer}`}` : null;
+  const base = join(opts.outDir, `${peer ?? "head-bench"}-${opts.vocab}x${opts.hidden}`);
   writeFileSync(`${base}.json`, JSON.stringify(result, null, 2) + "\n");
   writeFileSync(`${base}.svg`, benchSvg(result));
   console.log(`lmhead bench: vocab ${result.vocab} x hidden ${result.hidden}, ${result.device}, median of ${result.iterations} iterations`);
