@@ -102,8 +102,8 @@ const hw_f16 = switch (builtin.cpu.arch) {
 };
 
 /// Vector f16 → f32: exact for every value but NaN, which stays a NaN (NUMERICS.md §1 leaves
-/// NaN payloads out of the contract). One vcvtph2ps per 16 values with F16C; hardware quiets
-/// signalling NaNs, which is all it changes against f16ToF32.
+/// NaN payloads out of the contract). One vcvtph2ps per 16 values with F16C; the hardware may
+/// quiet a signalling NaN or replace its payload, and changes nothing else against f16ToF32.
 pub inline fn f16Vec(comptime n: usize, h: @Vector(n, u16)) @Vector(n, f32) {
     if (!hw_f16) return f16VecInt(n, h);
     return @floatCast(@as(@Vector(n, f16), @bitCast(h)));
