@@ -30,10 +30,8 @@ extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const
 }
 
 // Occupancy: with LMH_CUDA_MIN_BLOCKS > 0, NVRTC caps the matvec's registers so that that
-// many blocks of LMH_CUDA_BLOCK_THREADS threads fit one SM (the backend's tuning).
-#ifndef LMH_CUDA_BLOCK_THREADS
-#define LMH_CUDA_BLOCK_THREADS 128u
-#endif
+// many blocks of LMH_CUDA_BLOCK_THREADS threads fit one SM (the backend's tuning; it passes
+// both, and its block size is the one definition of the latter).
 #ifndef LMH_CUDA_MIN_BLOCKS
 #define LMH_CUDA_MIN_BLOCKS 0u
 #endif
