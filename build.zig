@@ -40,7 +40,9 @@ pub fn build(b: *std.Build) void {
     // the same build, from the cache.
     const macos = library(b, b.resolveTargetQuery(.{ .cpu_arch = .aarch64, .os_tag = .macos }), optimize);
     test_module.addAnonymousImport("macos_dylib", .{ .root_source_file = macos.getEmittedBin() });
-    const tests = b.addTest(.{ .root_module = test_module });
+    // `zig build test -Dtest-filter=TEXT`: only the tests whose names contain TEXT.
+    const filter = b.option([]const u8, "test-filter", "Run only the Zig tests whose names contain this text");
+    const tests = b.addTest(.{ .root_module = test_module, .filters = if (filter) |f| &.{f} else &.{} });
     const run_tests = b.addRunArtifact(tests);
     const test_step = b.step("test", "Run the Zig unit tests");
     test_step.dependOn(&run_tests.step);

@@ -134,8 +134,8 @@ const Head = struct {
 const Stages = enum { head, matvec };
 const Weights = enum { realistic, adversarial };
 
-/// Random valid weights: quantized types with real-sized scales (realistic) or any finite
-/// f16 scale, subnormal included (adversarial); dense types with values of a real head, or
+/// Random valid weights: quantized types with real-sized scales (realistic) or any f16
+/// scale, subnormal and infinite included (adversarial); dense types with values of a real head, or
 /// any finite bit pattern (tiny, subnormal and huge values; adversarial).
 fn fillWeights(t: formats.Type, random: std.Random, weights: []u8, row_bytes: usize, kind: Weights) void {
     const f = formats.format(@intFromEnum(t)).?;
@@ -143,7 +143,8 @@ fn fillWeights(t: formats.Type, random: std.Random, weights: []u8, row_bytes: us
     for (0..@min(rows, tile_rows)) |r| {
         const row = weights[r * row_bytes ..][0..row_bytes];
         if (f.block_values > 1) {
-            formats.randomizeRow(t, random, row, if (kind == .realistic) .sane else .wide);
+            // Adversarial: some rows of infinite scales, whose logits are ±Inf (NUMERICS.md §2).
+            if (kind == .adversarial and r % 8 == 3) formats.infiniteScaleRow(t, row) else formats.randomizeRow(t, random, row, if (kind == .realistic) .sane else .wide);
             continue;
         }
         for (0..row_bytes / f.block_bytes) |i| {
@@ -167,14 +168,16 @@ fn fillWeights(t: formats.Type, random: std.Random, weights: []u8, row_bytes: us
     }
 }
 
-/// pool_rows hidden rows: realistic rows, then tiny, subnormal, huge, mixed-scale and zero rows.
+/// pool_rows hidden rows: realistic and positive rows (with rows of infinite weights of one
+/// sign, their logits are ±Inf, not NaN), then tiny, subnormal, huge, mixed-scale and zero rows.
 fn fillInputs(random: std.Random, x: []f32, hidden: usize) void {
     for (0..pool_rows) |r| {
         const row = x[r * hidden ..][0..hidden];
         for (row, 0..) |*v, i| {
             const u = random.float(f32) * 2 - 1;
             v.* = switch (r % 8) {
-                0, 1, 2 => u * 3,
+                0, 1 => u * 3,
+                2 => 0.5 + @abs(u) * 3,
                 3 => u * 1e-30, // tiny: the sum of squares underflows
                 4 => @bitCast(random.int(u32) & 0x807FFFFF), // subnormal
                 5 => u * 1e30, // huge: the sum of squares overflows, the row becomes NaN

@@ -326,6 +326,51 @@ test "the emulated kernels equal the CPU backend for every head type, batch size
     }
 }
 
+test "infinite block scales: the emulated kernels give the CPU's ±Inf logits" {
+    // NUMERICS.md §2 decodes s·(q − off) with an infinite s to ±Inf, as gguf-py does; a GPU
+    // shortcut such as one fma fma(s, B + q, −s·(B + off)) would give NaN (∞ − ∞). Rows of
+    // infinite weights of one sign, among ordinary rows, against positive inputs: the CPU's
+    // logits are ±Inf there, and the emulator's must be too.
+    const allocator = std.testing.allocator;
+    var prng = std.Random.DefaultPrng.init(0x696e66);
+    const random = prng.random();
+    const rows = 5;
+    for (formats.all) |f| {
+        if (!f.head or f.block_values == 1) continue;
+        const hidden = hiddenSizes(f.type)[0];
+        const row_bytes: usize = @intCast(formats.rowBytes(f.type, hidden).?);
+        const weights = try allocator.alignedAlloc(u8, .fromByteUnits(gpu_alignment), row_bytes * vocab);
+        for (0..vocab) |j| {
+            const row = weights[j * row_bytes ..][0..row_bytes];
+            if (j % 3 == 0) formats.infiniteScaleRow(f.type, row) else formats.randomizeRow(f.type, random, row, .sane);
+        }
+        const norm = try allocator.alloc(f32, hidden);
+        @memset(norm, 1);
+        const pool = try allocator.alloc(f32, rows * hidden);
+        for (pool) |*v| v.* = 0.5 + random.float(f32);
+        const case: Case = .{ .type = f.type, .hidden = hidden, .eps = 1e-6, .cap = 30, .weights = weights, .norm = norm, .pool = pool };
+        defer case.deinit(allocator);
+        var order: [rows]u32 = undefined;
+        const x = try case.batch(allocator, identity(&order));
+        defer allocator.free(x);
+        const cpu = try runCpu(allocator, &case, x);
+        defer cpu.deinit(allocator);
+        for (0..rows) |r| {
+            for (0..vocab) |j| {
+                const logit = cpu.logits[r * vocab + j];
+                errdefer std.debug.print("{s}: row {d} logit {d} is {e}\n", .{ f.name, r, j, logit });
+                try std.testing.expect(std.math.isInf(logit) == (j % 3 == 0));
+            }
+        }
+        const emulated = try runEmulator(emulator.default, allocator, &case, x, .{ .threadgroups = 2, .threads = 64 });
+        defer emulated.deinit(allocator);
+        try expectSameRows("emulator", &case, cpu, emulated, &order);
+        const retuned = try runEmulator(emulator.retuned, allocator, &case, x, .{ .threadgroups = 3, .threads = 32 });
+        defer retuned.deinit(allocator);
+        try expectSameRows("retuned emulator", &case, cpu, retuned, &order);
+    }
+}
+
 /// Σx² of a raw row with no flush point: what a kernel without them would compute.
 fn unflushedSumSquares(row: []const f32) u32 {
     var sum: f32 = 0;

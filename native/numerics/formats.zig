@@ -395,6 +395,21 @@ pub fn randomizeRow(t: Type, random: std.Random, row: []u8, range: ScaleRange) v
     }
 }
 
+/// A quantized row whose every block has scale +Inf, min (where it has one) +0, and every
+/// other byte 0xFF, so each code is its type's largest (Q8_0's is −1, and Q6_K's sub-block
+/// scales are −1): every weight is infinite, all of one sign, and the row's dot product with
+/// a positive input is ±Inf where a decoder that made any of them NaN would give NaN.
+pub fn infiniteScaleRow(t: Type, row: []u8) void {
+    const f = format(@backingInt(t)).?;
+    std.debug.assert(f.block_values > 1 and row.len % f.block_bytes == 0);
+    @memset(row, 0xFF);
+    var b: usize = 0;
+    while (b < row.len) : (b += f.block_bytes) {
+        std.mem.writeInt(u16, row[b + f.d_offset ..][0..2], 0x7C00, .little);
+        if (f.m_offset) |m| std.mem.writeInt(u16, row[b + m ..][0..2], 0, .little);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------------------------
