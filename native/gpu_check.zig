@@ -135,8 +135,8 @@ const Stages = enum { head, matvec };
 const Weights = enum { realistic, adversarial };
 
 /// Random valid weights: quantized types with real-sized scales (realistic) or any f16
-/// scale, subnormal and infinite included (adversarial); dense types with values of a real head, or
-/// any finite bit pattern (tiny, subnormal and huge values; adversarial).
+/// scale, subnormal and infinite included (adversarial); dense types with values of a real
+/// head, or any finite bit pattern (tiny, subnormal and huge values; adversarial).
 fn fillWeights(t: formats.Type, random: std.Random, weights: []u8, row_bytes: usize, kind: Weights) void {
     const f = formats.format(@intFromEnum(t)).?;
     const rows = weights.len / row_bytes;
@@ -144,7 +144,10 @@ fn fillWeights(t: formats.Type, random: std.Random, weights: []u8, row_bytes: us
         const row = weights[r * row_bytes ..][0..row_bytes];
         if (f.block_values > 1) {
             // Adversarial: some rows of infinite scales, whose logits are ±Inf (NUMERICS.md §2).
-            if (kind == .adversarial and r % 8 == 3) formats.infiniteScaleRow(t, row) else formats.randomizeRow(t, random, row, if (kind == .realistic) .sane else .wide);
+            if (kind == .adversarial and r % 8 == 3)
+                formats.infiniteScaleRow(t, row)
+            else
+                formats.randomizeRow(t, random, row, if (kind == .realistic) .sane else .wide);
             continue;
         }
         for (0..row_bytes / f.block_bytes) |i| {
