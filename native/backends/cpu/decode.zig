@@ -537,6 +537,18 @@ test "chunkLanes equals the transposed decodeBlock output bit for bit" {
             try checkLanes(t, row, row_values);
         }
     }
+    // Infinite scales (±Inf weights, or NaN where a code is the offset): random rows with
+    // some blocks' scale ±Inf, and rows of nothing else (formats.infiniteScaleRow).
+    inline for (formats.all) |f| {
+        if (f.block_values == 1) continue;
+        const row_values: usize = 1024;
+        const row = randomRow(f.type, r, row_values, buf);
+        var b: usize = 0;
+        while (b < row.len) : (b += 3 * f.block_bytes) std.mem.writeInt(u16, row[b + f.d_offset ..][0..2], if (r.boolean()) 0x7C00 else 0xFC00, .little);
+        try checkLanes(f.type, row, row_values);
+        formats.infiniteScaleRow(f.type, row);
+        try checkLanes(f.type, row, row_values);
+    }
     // Every 16-bit pattern through the dense lane decoders.
     inline for (.{ Type.f16, Type.bf16 }) |t| {
         const row = buf[0 .. 2 * 65536];
