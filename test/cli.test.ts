@@ -77,6 +77,18 @@ describe("lmhead decode", () => {
     expect(out).toMatch(/read bandwidth\s+\d+\.\d+ GB\/s with 2 threads|read bandwidth\s+\d+\.\d+ GB\/s with 1 thread/);
     expect(out).toMatch(/% of read bw\s+\d+\.\d+%/);
     expect(out).toMatch(/verify\s+PASS slots=3: 5 requests/);
+    expect(out).not.toContain("reference");
+  });
+
+  test("--verify --reference cpu: each request alone on a second device, named in the report", () => {
+    const r = lmhead("decode", "--model", model, "--slots", "3", "--steps", "4", "--tokens", "2-5", "--probe-mib", "0", "--verify", "--reference", "cpu");
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/reference\s+each request alone on cpu: /);
+    expect(r.stdout).toMatch(/verify\s+PASS slots=3: 5 requests/);
+    const json = JSON.parse(lmhead("decode", "--model", model, "--slots", "2", "--steps", "2", "--probe-mib", "0", "--verify", "--reference", "cpu", "--json").stdout);
+    expect(json.reference).toStartWith("cpu: ");
+    expect(json.verify[0].ok).toBe(true);
   });
 
   test("--json gives the same figures as data, with sampling", () => {
@@ -91,12 +103,13 @@ describe("lmhead decode", () => {
     expect(s.weightsGBs).toBeGreaterThan(0);
     expect(s.bandwidth).toBeNull(); // --probe-mib 0
     expect(s.verify).toBeNull();
+    expect(s.reference).toBeNull();
   });
 
   test("--help documents every flag", () => {
     const r = lmhead("decode", "--help");
     expect(r.code).toBe(0);
-    for (const flag of ["--model", "--slots", "--steps", "--backend", "--sampling", "--verify", "--tokens", "--seed", "--probe-mib", "--allow-missing-softcap", "--json", "--no-progress", "--help"]) {
+    for (const flag of ["--model", "--slots", "--steps", "--backend", "--sampling", "--verify", "--reference", "--tokens", "--seed", "--probe-mib", "--allow-missing-softcap", "--json", "--no-progress", "--help"]) {
       expect(r.stdout).toContain(flag);
     }
     const top = lmhead("--help");
@@ -117,6 +130,8 @@ describe("lmhead decode", () => {
     [["decode", "--sampling", "temp:-1"], "bad sampling 'temp:-1'"],
     [["decode", "--sampling", "nucleus"], "bad sampling"],
     [["decode", "--backend", "tpu"], "--backend must be one of cpu, metal, cuda, got 'tpu'"],
+    [["decode", "--verify", "--reference", "tpu"], "--reference must be one of cpu, metal, cuda, got 'tpu'"],
+    [["decode", "--reference", "cpu"], "--reference needs --verify"],
     [["decode", "--tokens", "5-2"], "--tokens must be N or A-B"],
     [["decode", "--model", "/nonexistent/model.gguf"], "/nonexistent/model.gguf: no such file"],
     [["decode", "stray"], "unexpected argument 'stray'"],

@@ -30,13 +30,13 @@ const hidden = 512;
 const vocab = 500;
 
 /** A head of typeId with random-but-valid blocks (random codes, finite f16 scales at dOffset/mOffset). */
-function typedHead(typeId: number, seed: number): TestHead {
+function typedHead(typeId: number, seed: number, on: MlxDevice = device): TestHead {
   const f = formatInfo(typeId)!;
   const random = new Rng(seed);
   const bytes = synthBlocks(typeId, hidden * vocab, random, { rms: 0.05 });
   const values = dequantize(typeId, bytes);
   const norm = new Float32Array(hidden).map(() => 0.75 + 0.5 * random.float());
-  return buildHead(device, hidden, vocab, typeId, bytes, values, norm, 30, f.tiedHead);
+  return buildHead(on, hidden, vocab, typeId, bytes, values, norm, 30, f.tiedHead);
 }
 
 function sourceFor(head: TestHead): HiddenSource {
@@ -90,6 +90,21 @@ describe("slot-aware byte equivalence: batched decode == each request alone, eve
       expect(r!.ok).toBe(true);
       expect(r!.maxRows).toBe(4);
     }
+  });
+
+  test("each request alone on a reference device: the same head there passes, another head fails", () => {
+    using second = MlxDevice.open("cpu");
+    using head = typedHead(14, 31);
+    using same = typedHead(14, 31, second);
+    using other = typedHead(14, 32, second);
+    const options = (reference: TestHead) => ({ slots: 3, hiddenSource: sourceFor(head), reference: { weights: reference.weights, hiddenSource: sourceFor(reference) } });
+    const [pass] = slotAwareEquivalence(head.weights, schedule, options(same));
+    expect(pass!.ok).toBe(true);
+    expect(pass!.tokensCompared).toBe(23);
+    const [fail] = slotAwareEquivalence(head.weights, schedule, options(other));
+    expect(fail!.ok).toBe(false);
+    using narrow = f32Head(second, hidden, vocab - 1, 5);
+    expect(() => slotAwareEquivalence(head.weights, schedule, options(narrow))).toThrow("the reference head is 512 x 499, the batched one 512 x 500");
   });
 
   test("the check is not vacuous: a row that depends on its peers is caught", () => {

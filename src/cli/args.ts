@@ -95,11 +95,11 @@ export function rangeFlag(flags: Flags, name: string, fallback: [number, number]
   return [a, b];
 }
 
-/** --backend: one of the runtime's backends. */
-export function backendFlag(flags: Flags, command: string): BackendKind {
-  const v = stringFlag(flags, "backend") ?? "cpu";
+/** --backend (or --`name`): one of the runtime's backends, cpu when not given. */
+export function backendFlag(flags: Flags, command: string, name = "backend"): BackendKind {
+  const v = stringFlag(flags, name) ?? "cpu";
   const kind = backendKinds.find((k) => k === v);
-  if (kind === undefined) throw new UsageError(`${command}: --backend must be one of ${backendKinds.join(", ")}, got '${v}'`);
+  if (kind === undefined) throw new UsageError(`${command}: --${name} must be one of ${backendKinds.join(", ")}, got '${v}'`);
   return kind;
 }
 

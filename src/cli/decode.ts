@@ -26,6 +26,7 @@ const decodeFlags: FlagSpec[] = [
   { name: "sampling", value: "SPEC", help: "greedy (default) or temp:T,topk:K,seed:S (each part optional: temp 1,\ntopk 40 (0 = whole vocab), seed 0; temp:0 is greedy)" },
   { name: "tokens", value: "A-B", help: "new tokens per request, drawn from [A, B] (default 4-16)" },
   { name: "verify", help: "also run the slot-aware equivalence on the artifact (max(slots,2)+2 short\nrequests, batched vs each alone, every token and logit bit); exit 1 on a mismatch" },
+  { name: "reference", value: "BACKEND", help: "with --verify: run each request alone on this backend instead (cpu, metal,\ncuda), so the batched decode on --backend is compared with another device's" },
   { name: "allow-missing-softcap", help: "accept a gemma4 artifact without final_logit_softcapping (softcap off)" },
   { name: "json", help: "print the summary as JSON instead of text" },
   ...commonFlags,
@@ -63,6 +64,8 @@ async function decodeMain(argv: string[]): Promise<number> {
   const probeBytes = probeFlag(flags, cmd);
   const [minNew, maxNew] = rangeFlag(flags, "tokens", [4, 16], 100_000, cmd);
   const backend = backendFlag(flags, cmd);
+  const referenceBackend = flags.has("reference") ? backendFlag(flags, cmd, "reference") : null;
+  if (referenceBackend !== null && !flags.has("verify")) throw new UsageError(`${cmd}: --reference needs --verify`);
   let sampling: Sampling;
   try {
     sampling = parseSampling(stringFlag(flags, "sampling") ?? "greedy");
@@ -75,8 +78,11 @@ async function decodeMain(argv: string[]): Promise<number> {
     if (!statSync(modelPath).isFile()) throw new UsageError(`${cmd}: --model ${modelPath}: not a file`);
   }
 
+  const loadOptions = { allowMissingSoftcap: flags.has("allow-missing-softcap") };
   using device = MlxDevice.open(backend);
-  using model = await loadModel(device, modelPath, { allowMissingSoftcap: flags.has("allow-missing-softcap") });
+  using model = await loadModel(device, modelPath, loadOptions);
+  using referenceDevice = referenceBackend === null ? null : MlxDevice.open(referenceBackend);
+  using referenceModel = referenceDevice === null ? null : await loadModel(referenceDevice, modelPath, loadOptions);
   const summary = await runDecodeJob({
     device,
     weights: model.weights,
@@ -90,13 +96,14 @@ async function decodeMain(argv: string[]): Promise<number> {
     minNew,
     maxNew,
     verify: flags.has("verify"),
+    reference: referenceDevice && referenceModel ? { device: referenceDevice, weights: referenceModel.weights, embedding: referenceModel.embedding } : undefined,
     progress: !flags.has("no-progress"),
     probeBytes,
   });
   if (flags.has("json")) console.log(JSON.stringify(summary, null, 2));
   else console.log(formatDecodeSummary(summary));
   if (summary.verify && summary.verify.some((r) => !r.ok)) {
-    console.error("lmhead: verify FAILED: batched decode differs from serial decode (see above)");
+    console.error(`lmhead: verify FAILED: batched decode differs from serial decode${summary.reference ? ` on ${summary.reference}` : ""} (see above)`);
     return 1;
   }
   return 0;
@@ -119,6 +126,8 @@ export interface DecodeJobOptions {
   minNew: number;
   maxNew: number;
   verify: boolean;
+  /** With verify: the same model on another device, where each request runs alone. */
+  reference?: { device: MlxDevice; weights: MlxModelWeights; embedding: EmbeddingTable };
   progress: boolean;
   /** Read-bandwidth probe buffer in bytes (0 skips the probe). */
   probeBytes: number;
@@ -140,6 +149,8 @@ export interface DecodeJobSummary {
   bandwidth: BandwidthResult | null;
   percentOfBandwidth: number | null;
   verify: EquivalenceReport[] | null;
+  /** The device of verify's serial runs, when not `device`. */
+  reference: string | null;
 }
 
 export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummary> {
@@ -201,7 +212,8 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
     const vbar = new ProgressBar("lmhead verify", 1, { enabled: o.progress });
     vbar.update(0, "(serial and batched runs)");
     try {
-      verify = slotAwareEquivalence(weights, verifyRequests, { slots: verifySlots, hiddenSource });
+      const reference = o.reference ? { weights: o.reference.weights, hiddenSource: new EmbeddingHiddenSource(o.reference.embedding) } : undefined;
+      verify = slotAwareEquivalence(weights, verifyRequests, { slots: verifySlots, hiddenSource, reference });
     } finally {
       vbar.finish();
     }
@@ -248,6 +260,7 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
     bandwidth,
     percentOfBandwidth: bandwidth ? (100 * weightsGBs) / bandwidth.gbs : null,
     verify,
+    reference: o.reference ? o.reference.device.info : null,
   };
 }
 
@@ -283,6 +296,7 @@ export function formatDecodeSummary(s: DecodeJobSummary): string {
   }
   if (s.verify) {
     lines.push(``);
+    if (s.reference) lines.push(`reference   each request alone on ${s.reference}`);
     for (const r of s.verify) lines.push(`verify      ${describeEquivalence(r)}`);
   }
   return lines.join("\n");

@@ -3,6 +3,7 @@
  * run through the batched loop (S slots, staggered admission and eviction) must give, for every
  * request, exactly the tokens and the logits (u32 bits) it gets running alone (n = 1, serial).
  */
+import { LmheadError } from "../errors.ts";
 import type { MlxModelWeights } from "../head.ts";
 import { DecodeLoop, type DecodeRequest } from "./loop.ts";
 import type { HiddenSource } from "./hidden.ts";
@@ -54,6 +55,9 @@ export interface EquivalenceOptions {
   /** One slot count, or several (the serial reference is computed once). */
   slots: number | readonly number[];
   hiddenSource: HiddenSource;
+  /** Where the serial one-row runs go, if not on `weights`: the same head on another device,
+   * so that its batched runs are compared with that device's serial ones. */
+  reference?: { weights: MlxModelWeights; hiddenSource: HiddenSource };
   /** Mismatches kept in each report (default 10). */
   keepMismatches?: number;
 }
@@ -172,9 +176,13 @@ export function compareBatched(
   };
 }
 
-/** Serial reference once, then the batched comparison for each slot count. */
+/** Serial reference once (on opts.reference where given), then the batched comparison for each slot count. */
 export function slotAwareEquivalence(weights: MlxModelWeights, requests: readonly DecodeRequest[], opts: EquivalenceOptions): EquivalenceReport[] {
-  const reference = serialReference(weights, requests, opts.hiddenSource);
+  const serial = opts.reference ?? { weights, hiddenSource: opts.hiddenSource };
+  if (serial.weights.vocabSize !== weights.vocabSize || serial.weights.hiddenSize !== weights.hiddenSize) {
+    throw new LmheadError("invalid_argument", `equivalence: the reference head is ${serial.weights.hiddenSize} x ${serial.weights.vocabSize}, the batched one ${weights.hiddenSize} x ${weights.vocabSize}`);
+  }
+  const reference = serialReference(serial.weights, requests, serial.hiddenSource);
   const slotCounts = typeof opts.slots === "number" ? [opts.slots] : opts.slots;
   return slotCounts.map((s) => compareBatched(weights, requests, s, opts.hiddenSource, reference, opts.keepMismatches));
 }
