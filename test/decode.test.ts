@@ -181,6 +181,33 @@ describe("the loop", () => {
     expect(after.dispatches - before.dispatches).toBe(4 * stats.calls); // norm, matmul, softcap, non-finite count per call
   });
 
+  test("a device the host cannot see: every step reads its logits into one reused array", () => {
+    const outs: (Float32Array | undefined)[] = [];
+    const gpuLike = new Proxy(head.weights, {
+      get(target, prop) {
+        if (prop === "device") return { hostVisible: false };
+        if (prop === "lmHeadBatched") {
+          return (rows: Float32Array, n: number, out?: Float32Array) => {
+            outs.push(out);
+            return target.lmHeadBatched(rows, n, out);
+          };
+        }
+        return Reflect.get(target, prop, target);
+      },
+    }) as MlxModelWeights;
+    const loop = new DecodeLoop(gpuLike, { slots: 3, hiddenSource: source });
+    for (const r of schedule) loop.submit(r);
+    const { results } = loop.run();
+    expect(outs.length).toBeGreaterThan(5);
+    expect(outs.every((o) => o !== undefined)).toBe(true);
+    // Rows double as the batch grows (1, 2, 3 for 3 slots): at most 3 arrays for every call.
+    expect(new Set(outs.map((o) => o!.buffer)).size).toBeLessThanOrEqual(3);
+    // The same tokens as the head lending its logits.
+    const lending = new DecodeLoop(head.weights, { slots: 3, hiddenSource: source });
+    for (const r of schedule) lending.submit(r);
+    expect(results.map((r) => [r.id, r.tokens])).toEqual(lending.run().results.map((r) => [r.id, r.tokens]));
+  });
+
   test("stop tokens end a request early, keeping the token", () => {
     const probe = new DecodeLoop(head.weights, { slots: 1, hiddenSource: source });
     probe.submit({ id: "p", firstToken: 5, maxNewTokens: 4 });
