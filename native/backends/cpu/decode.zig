@@ -133,19 +133,44 @@ inline fn perLane(comptime n: usize, v: @Vector(n, f32)) V32f {
     return @shuffle(f32, v, undefined, m);
 }
 
+/// Whether emit takes its codes back from L1 rather than from registers: with 512-bit
+/// vectors, 16 codes come out of a register by a shuffle on the port the widening and the
+/// arithmetic need, and a 16-byte load of them costs a load port instead. Measured on a
+/// 2-core Xeon (AVX-512), interleaved: Q4_K, Q6_K and Q2_K N = 1 and Q4_K N = 8 4–5% faster,
+/// the other quantized types 0–3%; with AVX2 (no such shuffle for the low half) 0–3% slower,
+/// so that level keeps the registers.
+const codes_through_l1 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f) and
+    !std.Target.x86.featureSetHas(builtin.cpu.features, .prefer_256_bit);
+
 /// Converts lane-major codes and writes out = scale·q (+ or − min), step by step. scale·q
 /// is exact, so one fma rounds the sum as NUMERICS.md §2 rounds it.
 inline fn emit(comptime E: type, lm: [4]@Vector(64, u8), scale: V32f, comptime min_op: enum { none, add, sub }, min: V32f, out: *[256]f32) void {
     const addend = if (min_op == .sub) -min else min;
+    if (codes_through_l1) {
+        // Volatile, so LLVM cannot fold the store and the loads back into shuffles.
+        var spilled: [4]@Vector(64, u8) align(64) = lm;
+        const bytes: [*]u8 = @ptrCast(&spilled);
+        const V16f = @Vector(16, f32);
+        const scales = [2]V16f{ half(f32, 16, scale, false), half(f32, 16, scale, true) };
+        const addends = [2]V16f{ half(f32, 16, addend, false), half(f32, 16, addend, true) };
+        inline for (0..16) |k| {
+            const p: *volatile const @Vector(16, E) = @ptrCast(@alignCast(bytes + 16 * k));
+            const q: V16f = @floatFromInt(p.*);
+            out[16 * k ..][0..16].* = switch (min_op) {
+                .none => scales[k % 2] * q,
+                .add, .sub => @mulAdd(V16f, scales[k % 2], q, addends[k % 2]),
+            };
+        }
+        return;
+    }
     inline for (0..4) |j| {
         inline for (0..2) |h| {
             const codes: @Vector(32, E) = @bitCast(half(u8, 32, lm[j], h == 1));
             const q: V32f = @floatFromInt(codes);
-            const v = switch (min_op) {
+            out[64 * j + 32 * h ..][0..32].* = switch (min_op) {
                 .none => scale * q,
                 .add, .sub => @mulAdd(V32f, scale, q, addend),
             };
-            out[64 * j + 32 * h ..][0..32].* = v;
         }
     }
 }
