@@ -137,8 +137,8 @@ inline fn perLane(comptime n: usize, v: @Vector(n, f32)) V32f {
 /// vectors, 16 codes come out of a register by a shuffle on the port the widening and the
 /// arithmetic need, and a 16-byte load of them costs a load port instead. Measured on a
 /// 2-core Xeon (AVX-512), interleaved: Q4_K, Q6_K and Q2_K N = 1 and Q4_K N = 8 4–5% faster,
-/// the other quantized types 0–3%; with AVX2 (no such shuffle for the low half) 0–3% slower,
-/// so that level keeps the registers.
+/// the other quantized types 0–3%; the AVX2 level was 0–3% slower with it, so it keeps the
+/// registers.
 const codes_through_l1 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f) and
     !std.Target.x86.featureSetHas(builtin.cpu.features, .prefer_256_bit);
 
