@@ -145,34 +145,32 @@ const codes_through_l1 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureS
 /// Converts lane-major codes and writes out = scale·q (+ or − min), step by step. scale·q
 /// is exact, so one fma rounds the sum as NUMERICS.md §2 rounds it.
 inline fn emit(comptime E: type, lm: [4]@Vector(64, u8), scale: V32f, comptime min_op: enum { none, add, sub }, min: V32f, out: *[256]f32) void {
+    const V16f = @Vector(16, f32);
     const addend = if (min_op == .sub) -min else min;
-    if (codes_through_l1) {
-        // Volatile, so LLVM cannot fold the store and the loads back into shuffles.
-        var spilled: [4]@Vector(64, u8) align(64) = lm;
-        const bytes: [*]u8 = @ptrCast(&spilled);
-        const V16f = @Vector(16, f32);
-        const scales = [2]V16f{ half(f32, 16, scale, false), half(f32, 16, scale, true) };
-        const addends = [2]V16f{ half(f32, 16, addend, false), half(f32, 16, addend, true) };
-        inline for (0..16) |k| {
-            const p: *volatile const @Vector(16, E) = @ptrCast(@alignCast(bytes + 16 * k));
-            const q: V16f = @floatFromInt(p.*);
-            out[16 * k ..][0..16].* = switch (min_op) {
-                .none => scales[k % 2] * q,
-                .add, .sub => @mulAdd(V16f, scales[k % 2], q, addends[k % 2]),
-            };
-        }
-        return;
+    const scales = [2]V16f{ half(f32, 16, scale, false), half(f32, 16, scale, true) };
+    const addends = [2]V16f{ half(f32, 16, addend, false), half(f32, 16, addend, true) };
+    // Volatile, so LLVM cannot fold the store and the loads back into shuffles.
+    var spilled: [4]@Vector(64, u8) align(64) = lm;
+    const bytes: [*]u8 = @ptrCast(&spilled);
+    // Codes 16k.. of the chunk: lanes 0-15 or 16-31 of step k / 2.
+    inline for (0..16) |k| {
+        const codes: @Vector(16, E) = if (codes_through_l1)
+            @as(*volatile const @Vector(16, E), @ptrCast(@alignCast(bytes + 16 * k))).*
+        else
+            @bitCast(quarter(lm[k / 4], k % 4));
+        const q: V16f = @floatFromInt(codes);
+        out[16 * k ..][0..16].* = switch (min_op) {
+            .none => scales[k % 2] * q,
+            .add, .sub => @mulAdd(V16f, scales[k % 2], q, addends[k % 2]),
+        };
     }
-    inline for (0..4) |j| {
-        inline for (0..2) |h| {
-            const codes: @Vector(32, E) = @bitCast(half(u8, 32, lm[j], h == 1));
-            const q: V32f = @floatFromInt(codes);
-            out[64 * j + 32 * h ..][0..32].* = switch (min_op) {
-                .none => scale * q,
-                .add, .sub => @mulAdd(V32f, scale, q, addend),
-            };
-        }
-    }
+}
+
+/// Bytes [16i, 16i + 16) of v.
+inline fn quarter(v: @Vector(64, u8), comptime i: usize) @Vector(16, u8) {
+    comptime var m: [16]i32 = undefined;
+    inline for (0..16) |j| m[j] = 16 * i + j;
+    return @shuffle(u8, v, undefined, m);
 }
 
 /// 16-entry lookup (IQ4 codebook) of nibbles, as a select tree on the index bits.
