@@ -57,20 +57,24 @@ pub const tunings = [pass_sizes.len]Tuning{
 /// count, `LMHEAD_CUDA_MIN_BLOCKS` every module's blocks per SM.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
-    if (std.c.getenv("LMHEAD_CUDA_VOCAB_ROWS")) |v| {
-        const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch 0;
-        if (n < 1 or n > 16) return fail(error.InvalidArgument, "LMHEAD_CUDA_VOCAB_ROWS={s}: expected 1 to 16", .{v});
+    if (try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, 16)) |n| {
         for (&result) |*t| {
             t.vocab_rows = n;
             t.dense_vocab_rows = n;
         }
     }
-    if (std.c.getenv("LMHEAD_CUDA_MIN_BLOCKS")) |v| {
-        const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch 0;
-        if (n > 16) return fail(error.InvalidArgument, "LMHEAD_CUDA_MIN_BLOCKS={s}: expected 0 to 16", .{v});
+    if (try envCount("LMHEAD_CUDA_MIN_BLOCKS", 0, 16)) |n| {
         for (&result) |*t| t.min_blocks = n;
     }
     return result;
+}
+
+/// The environment variable `name` as an integer in [min, max]; null when it is unset.
+fn envCount(comptime name: [:0]const u8, min: u32, max: u32) Error!?u32 {
+    const v = std.c.getenv(name) orelse return null;
+    const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch max + 1;
+    if (n < min or n > max) return fail(error.InvalidArgument, name ++ "={s}: expected {d} to {d}", .{ v, min, max });
+    return n;
 }
 
 /// The module of the smallest pass size that holds `rows` (the largest past it).
