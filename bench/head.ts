@@ -163,7 +163,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
   using normBuffer = device.allocBuffer(o.hidden * 4);
   normBuffer.write(norm);
 
-  using peer = o.peer ? PeerBench.open(o.peer, device.threads, o, log) : null;
+  using peer = o.peer ? PeerBench.open(o.peer, device, o, log) : null;
   const tasksPerType = o.rows.length + o.rows.filter((n) => n > 1).length + (peer?.tasksPerType ?? 0);
   const bar = new ProgressBar("lmhead bench", o.typeIds.length * tasksPerType, { enabled: o.progress });
   let done = 0;
@@ -281,7 +281,7 @@ export function benchSvg(r: BenchResult): string {
   const bw = probes.length
     ? `floor = head bytes / read bandwidth probed before each type (${Math.min(...probes).toFixed(1)}–${Math.max(...probes).toFixed(1)} GB/s)`
     : "no bandwidth probe";
-  const peer = r.peer ? `ggml ${r.peer.variant.replace(/^libggml-cpu-|\.so$/g, "")}, matmul only` : undefined;
+  const peer = r.peer ? `ggml ${r.peer.library.replace(/^libggml-(cpu-)?|\.so$/g, "")}, matmul only` : undefined;
   return plotSvg(`lmhead: batched head, vocab ${r.vocab} x hidden ${r.hidden}`, `${r.device}; median of ${r.iterations}; ${bw}`, series, peer);
 }
 
@@ -323,8 +323,8 @@ async function benchMain(argv: string[]): Promise<number> {
   console.log(formatBenchTable(result));
   if (result.peer) {
     const p = result.peer;
-    console.log(`\nside by side with ggml ${p.ggml} (${p.package}, ${p.variant}, ${p.threads} threads; ${p.cpu})`);
-    console.log(`ggml buffer: where ggml kept the weights (CPU: lmhead's bytes in place); offered here: ${["CPU", ...p.extraBuffers].join(", ")}`);
+    console.log(`\nside by side with ggml ${p.ggml} (${p.package}, ${p.library}${p.threads > 0 ? `, ${p.threads} threads` : ""}; ${p.device})`);
+    if (p.threads > 0) console.log(`ggml buffer: where ggml kept the weights (CPU: lmhead's bytes in place); offered here: ${["CPU", ...p.extraBuffers].join(", ")}`);
     console.log(`timed: ${p.timed}; peer, lmhead, peer in turn, so drift shows as two peer medians`);
     console.log(`err: ${p.error}`);
     console.log("rows != 1-row: rows of the N-row call whose bits differ from the same row computed alone\n");

@@ -3,12 +3,12 @@
 // side-by-side run: ggml must get the very weights and rows lmhead multiplies (else its error
 // would be of order 1), and the shim must refuse bad sizes instead of letting ggml abort.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { benchSvg, parseBenchArgs, runBench } from "../bench/head.ts";
 import { PeerBench, peerDefaultVocab } from "../bench/peer/compare.ts";
-import { GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, PeerError } from "../bench/peer/ggml.ts";
+import { cudaBuild, GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, PeerError } from "../bench/peer/ggml.ts";
 import { fillHead } from "../bench/weights.ts";
 import { UsageError } from "../src/cli/args.ts";
 import { rowBytes } from "../src/formats.ts";
@@ -69,6 +69,27 @@ describe("ggml peer package", () => {
     expect((error as Error).message).toContain(`npm install --prefix ${empty} --no-save ${pinned}`);
   });
 
+  test("the CUDA peer is a build named by LMHEAD_PEER_CUDA_DIR; without one, a PeerError says how to build it", () => {
+    const unset = () => cudaBuild({});
+    expect(unset).toThrow(PeerError);
+    expect(unset).toThrow(/bench\/peer\/build-cuda\.sh GGML_SOURCE OUT.*tag v0\.19\.0.*set LMHEAD_PEER_CUDA_DIR=OUT/);
+    expect(() => cudaBuild({ LMHEAD_PEER_CUDA_DIR: empty })).toThrow(`LMHEAD_PEER_CUDA_DIR=${empty} holds no libggml-base.so`);
+    const build = join(empty, "build");
+    mkdirSync(build);
+    writeFileSync(join(build, "libggml-base.so"), "");
+    expect(() => cudaBuild({ LMHEAD_PEER_CUDA_DIR: build })).toThrow(`LMHEAD_PEER_CUDA_DIR=${build} holds no libggml-cuda.so`);
+    writeFileSync(join(build, "libggml-cuda.so"), "");
+    expect(cudaBuild({ LMHEAD_PEER_CUDA_DIR: build })).toBe(build);
+  });
+
+  test("a peer on a GPU takes only the best buffer, and a backend with no peer wired is a PeerError", () => {
+    const o = { rows: [1], iterations: 1, warmup: 0, seed: 1 };
+    // Only the device's kind is read before the peer would load.
+    const cuda = { kind: "cuda" } as MlxDevice;
+    expect(() => PeerBench.open({ name: "ggml", buffer: "repack" }, cuda, o, () => {})).toThrow(new PeerError("--peer-buffer repack: ggml's CUDA backend keeps the weights in the GPU's memory; only best applies"));
+    expect(() => PeerBench.open({ name: "ggml", buffer: "best" }, { kind: "metal" } as MlxDevice, o, () => {})).toThrow(new PeerError("no ggml peer is wired for the metal backend (cpu and cuda are)"));
+  });
+
   test("lmhead bench --peer ggml with the package missing: one line on stderr, exit 1, no download", () => {
     const p = Bun.spawnSync(
       [process.execPath, join(root, "bench", "cli.ts"), "bench", "--peer", "ggml", "--types", "Q8_0", "--vocab", "64", "--hidden", "64", "--rows", "1", "--probe-mib", "0", "--out", join(empty, "out")],
@@ -110,7 +131,8 @@ describe("ggml peer, side by side", () => {
     }
     const svg = benchSvg(r);
     expect(svg.match(/<polyline/g)?.length).toBe(6); // lmhead and ggml per type
-    expect(svg).toContain(`ggml ${p.variant.replace(/^libggml-cpu-|\.so$/g, "")}, matmul only`);
+    expect(p.library).toMatch(/^libggml-cpu-.+\.so$/);
+    expect(svg).toContain(`ggml ${p.library.slice("libggml-cpu-".length, -".so".length)}, matmul only`);
   });
 
   test.skipIf(!installed)(`--peer-buffer amx or repack where ggml offers no such buffer fails before any timing${why}`, () => {
@@ -119,11 +141,16 @@ describe("ggml peer, side by side", () => {
       return peer.extraBuffers;
     })();
     const o = { rows: [1], iterations: 1, warmup: 0, seed: 1 };
+    using device = MlxDevice.open("cpu");
     for (const [buffer, name] of [["amx", "AMX"], ["repack", "CPU_REPACK"]] as const) {
-      const open = () => PeerBench.open({ name: "ggml", buffer }, 1, o, () => {})[Symbol.dispose]();
+      const open = () => PeerBench.open({ name: "ggml", buffer }, device, o, () => {})[Symbol.dispose]();
       if (offered.includes(name)) expect(open).not.toThrow();
       else expect(open).toThrow(new PeerError(`--peer-buffer ${buffer}: ggml's CPU backend offers no ${name} buffer on this machine (it offers ${["CPU", ...offered].join(", ")})`));
     }
+  });
+
+  test.skipIf(!installed)(`a CPU backend opened with 0 threads (a GPU's count) is a PeerError${why}`, () => {
+    expect(() => GgmlPeer.open(0, () => {}, home)[Symbol.dispose]()).toThrow(/is a CPU backend: threads must be 1 or more/);
   });
 
   test.skipIf(!installed)(`bad sizes are PeerErrors, not an abort inside ggml${why}`, () => {

@@ -11,7 +11,7 @@ import { fixed } from "../../src/cli/format.ts";
 import { Rng } from "../../src/random.ts";
 import { dequantize, formatInfo } from "../../src/formats.ts";
 import type { MlxModelWeights } from "../../src/head.ts";
-import { GraphSession, type MlxBuffer } from "../../src/runtime.ts";
+import { GraphSession, type MlxBuffer, type MlxDevice } from "../../src/runtime.ts";
 import { textTable } from "../table.ts";
 import { timeTasks } from "../tasks.ts";
 import { GgmlPeer, peerBuffers, peerPackage, PeerError, type GgmlHead, type PeerBuffer } from "./ggml.ts";
@@ -25,8 +25,8 @@ export interface PeerOptions {
 export const peerDefaultVocab = 32768;
 
 export const peerFlags: FlagSpec[] = [
-  { name: "peer", value: "NAME", help: `also time a peer side by side, on the same weights and rows: ggml (its CPU\nbackend, from ${peerPackage.name}@${peerPackage.version}, installed into .tools/peer on\nfirst use). The default --vocab becomes ${peerDefaultVocab}; --vocab 262144 is Gemma's` },
-  { name: "peer-buffer", value: "B", help: "where the peer keeps the weights: best (default: AMX, else CPU_REPACK, else\nCPU, the first that runs the type here), cpu, repack or amx" },
+  { name: "peer", value: "NAME", help: `also time a peer side by side, on the same weights and rows: ggml (its CPU\nbackend, from ${peerPackage.name}@${peerPackage.version}, installed into .tools/peer on\nfirst use; with --backend cuda, its CUDA backend as bench/peer/build-cuda.sh builds\nit, found through LMHEAD_PEER_CUDA_DIR). The default --vocab becomes ${peerDefaultVocab};\n--vocab 262144 is Gemma's` },
+  { name: "peer-buffer", value: "B", help: "where the peer keeps the weights: best (default: AMX, else CPU_REPACK, else\nCPU, the first that runs the type here; a GPU's own memory), cpu, repack or amx" },
 ];
 
 export function parsePeerOptions(flags: Flags, cmd: string): PeerOptions | null {
@@ -64,13 +64,15 @@ export interface PeerRow {
 
 export interface PeerResult {
   peer: "ggml";
+  /** Where the peer came from: the npm package, or the source build-cuda.sh built. */
   package: string;
   ggml: string;
-  /** The libggml-cpu variant loaded (ggml's best score for this CPU) and the CPU it names. */
-  variant: string;
-  cpu: string;
+  /** The backend library loaded (on a CPU, the variant with ggml's best score for it) and the device it names. */
+  library: string;
+  device: string;
   /** The extra weight buffers ggml offers here (AMX and CPU_REPACK when the CPU has them). */
   extraBuffers: string[];
+  /** The CPU backend's threads; 0 on a GPU. */
   threads: number;
   timed: string;
   error: string;
@@ -102,13 +104,11 @@ function sampleRows(vocab: number, seed: number): number[] {
   return [...picked].sort((a, b) => a - b);
 }
 
-/** ref[r][i] = Σ_k x[r, k]·W[sample_i, k] in f64, W decoded exactly by lmhead's reference decoder. */
-function reference(weights: MlxModelWeights, x: Float32Array, rows: number, samples: readonly number[]): Float64Array[] {
+/** ref[r][i] = Σ_k x[r, k]·W[sample_i, k] in f64, W (the head's bytes) decoded exactly by lmhead's reference decoder. */
+function reference(weights: MlxModelWeights, head: Uint8Array, x: Float32Array, rows: number, samples: readonly number[]): Float64Array[] {
   const hidden = weights.hiddenSize;
-  const decoded = weights.head.withHostBytes((head) => {
-    const rowBytes = head.byteLength / weights.vocabSize;
-    return samples.map((j) => dequantize(weights.headType, head.subarray(j * rowBytes, (j + 1) * rowBytes)));
-  });
+  const rowBytes = head.byteLength / weights.vocabSize;
+  const decoded = samples.map((j) => dequantize(weights.headType, head.subarray(j * rowBytes, (j + 1) * rowBytes)));
   return Array.from({ length: rows }, (_, r) => {
     const xr = x.subarray(r * hidden, (r + 1) * hidden);
     return Float64Array.from(decoded, (w) => {
@@ -164,8 +164,16 @@ export class PeerBench implements Disposable {
     readonly o: { rows: readonly number[]; iterations: number; warmup: number; seed: number },
   ) {}
 
-  /** Opens the peer with as many threads as lmhead's device runs on. */
-  static open(options: PeerOptions, threads: number, o: PeerBench["o"], log: (line: string) => void): PeerBench {
+  /** Opens the peer on lmhead's kind of device: ggml's CPU backend with as many threads, or its CUDA backend. */
+  static open(options: PeerOptions, device: MlxDevice, o: PeerBench["o"], log: (line: string) => void): PeerBench {
+    if (device.kind === "cuda") {
+      if (options.buffer !== "best") throw new PeerError(`--peer-buffer ${options.buffer}: ggml's CUDA backend keeps the weights in the GPU's memory; only best applies`);
+      const peer = GgmlPeer.openCuda(log);
+      log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}), ${peer.library} from LMHEAD_PEER_CUDA_DIR=${process.env.LMHEAD_PEER_CUDA_DIR}, on ${peer.device}`);
+      return new PeerBench(peer, options, o);
+    }
+    if (device.kind !== "cpu") throw new PeerError(`no ggml peer is wired for the ${device.kind} backend (cpu and cuda are)`);
+    const threads = device.threads;
     const peer = GgmlPeer.open(threads, log);
     const named = ({ repack: "CPU_REPACK", amx: "AMX" } as Record<string, string | undefined>)[options.buffer];
     if (named && !peer.extraBuffers.includes(named)) {
@@ -173,7 +181,7 @@ export class PeerBench implements Disposable {
       throw new PeerError(`--peer-buffer ${options.buffer}: ggml's CPU backend offers no ${named} buffer on this machine (it offers ${["CPU", ...peer.extraBuffers].join(", ")})`);
     }
     const extra = peer.extraBuffers.length > 0 ? peer.extraBuffers.join(", ") : "none";
-    log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}) from ${peerPackage.name}@${peerPackage.version}, CPU variant ${peer.variant}, ${threads} threads, extra weight buffers here: ${extra}`);
+    log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}) from ${peerPackage.name}@${peerPackage.version}, ${peer.library}, ${threads} threads, extra weight buffers here: ${extra}`);
     return new PeerBench(peer, options, o);
   }
 
@@ -189,9 +197,12 @@ export class PeerBench implements Disposable {
     const maxRows = Math.max(...this.o.rows);
     const x = normalizedRows(weights, hiddenRows, maxRows);
     using stack = new DisposableStack();
-    // ggml reads the bytes in place (plain CPU buffer) or copies them now (repacked): either
-    // way what it holds stays valid while `weights` lives, which outlasts this run.
-    const head = stack.use(weights.head.withHostBytes((bytes) => this.peer.head(typeId, hidden, vocab, bytes, this.options.buffer)));
+    // ggml reads the bytes in place (plain CPU buffer) or copies them now (repacked, or into
+    // a GPU): either way what it holds stays valid while `weights` lives, which outlasts this
+    // run. A GPU's head is read back once, for the upload and the reference.
+    const hostHead = device.hostVisible ? null : weights.head.read();
+    const withHead = <T>(fn: (bytes: Uint8Array) => T): T => (hostHead ? fn(hostHead) : weights.head.withHostBytes(fn));
+    const head = stack.use(withHead((bytes) => this.peer.head(typeId, hidden, vocab, bytes, this.options.buffer)));
     const normed = stack.use(device.allocBuffer(x.byteLength));
     normed.write(x);
     const singles = this.#singleRows(weights, head, normed, x, maxRows, stack);
@@ -212,7 +223,7 @@ export class PeerBench implements Disposable {
     });
     const ms = await timeTasks(`${type} vs ggml`, tasks, this.o, onTaskDone);
     const samples = sampleRows(vocab, this.o.seed);
-    const ref = reference(weights, x, maxRows, samples);
+    const ref = withHead((bytes) => reference(weights, bytes, x, maxRows, samples));
     this.#types.push({ type, typeId, buffer: head.buffer });
     for (const n of this.o.rows) {
       const side = sides.get(n)!;
@@ -257,10 +268,10 @@ export class PeerBench implements Disposable {
     const p = this.peer;
     return {
       peer: "ggml",
-      package: `${peerPackage.name}@${peerPackage.version}`,
+      package: p.threads > 0 ? `${peerPackage.name}@${peerPackage.version}` : `ggml-org/ggml v${peerPackage.ggml}, built by bench/peer/build-cuda.sh`,
       ggml: `${p.ggmlVersion} (${p.ggmlCommit})`,
-      variant: `libggml-cpu-${p.variant}.so`,
-      cpu: p.cpu,
+      library: p.library,
+      device: p.device,
       extraBuffers: p.extraBuffers,
       threads: p.threads,
       timed: "the head matmul alone, on the same final-normed rows: ggml_backend_graph_compute of one mul_mat against lmhead's GraphSession with one matvec; inputs already in place, outputs left in each side's buffer",

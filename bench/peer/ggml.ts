@@ -1,16 +1,20 @@
 /**
- * The bench's ggml peer: ggml's CPU backend from the prebuilt npm package that
- * node-llama-cpp publishes, driven through a small C shim (shim.c) that `zig cc` compiles
- * against the package's libggml-base.so. Bench only: nothing in src/ or native/ uses it.
+ * The bench's ggml peer, driven through a small C shim (shim.c) compiled against the peer's
+ * libggml-base.so. Bench only: nothing in src/ or native/ uses it.
  *
- * The package is installed on first use into .tools/peer (npm, never the project's
- * package.json). LMHEAD_PEER_DIR names another folder and turns the install off: the
- * package must already be there.
+ * CPU: ggml's CPU backend from the prebuilt npm package that node-llama-cpp publishes,
+ * installed on first use into .tools/peer (npm, never the project's package.json).
+ * LMHEAD_PEER_DIR names another folder and turns the install off: the package must already
+ * be there.
+ *
+ * CUDA: the same ggml version's CUDA backend, built from its source for the GPU at hand by
+ * build-cuda.sh (the project's prebuilt CUDA package carries every GPU architecture, 155 MB
+ * of them); LMHEAD_PEER_CUDA_DIR names the build's folder.
  */
 import { dlopen, FFIType } from "bun:ffi";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { LmheadError } from "../../src/errors.ts";
 
 /** The pinned peer: the newest release whose ggml headers (tag v0.19.0) the shim's declarations follow. */
@@ -76,10 +80,21 @@ export function installedBins(dir: string): string | null {
 
 const pinned = `${peerPackage.name}@${peerPackage.version}`;
 
+/** The ggml CUDA build's folder (LMHEAD_PEER_CUDA_DIR), holding libggml-base.so and libggml-cuda.so. */
+export function cudaBuild(env: Record<string, string | undefined> = process.env): string {
+  const dir = env.LMHEAD_PEER_CUDA_DIR;
+  const how = `'bench/peer/build-cuda.sh GGML_SOURCE OUT' builds it from ggml v${peerPackage.ggml}'s source (github.com/ggml-org/ggml, tag v${peerPackage.ggml}) for this GPU`;
+  if (!dir) throw new PeerError(`the CUDA peer is ggml's CUDA backend built from source: ${how}; then set LMHEAD_PEER_CUDA_DIR=OUT`);
+  for (const library of ["libggml-base.so", "libggml-cuda.so"]) {
+    if (!existsSync(join(dir, library))) throw new PeerError(`LMHEAD_PEER_CUDA_DIR=${dir} holds no ${library}; ${how}`);
+  }
+  return dir;
+}
+
 /** The package's library folder, installing the package first when the home allows it. */
 export function locatePackage(home: { dir: string; install: boolean }, log: (line: string) => void): string {
   if (process.platform !== "linux" || process.arch !== "x64") {
-    throw new PeerError(`only Linux x86_64 is wired (this is ${process.platform} ${process.arch}); the same project publishes @node-llama-cpp/mac-arm64-metal and @node-llama-cpp/linux-x64-cuda, which this bench does not drive yet`);
+    throw new PeerError(`only Linux x86_64 is wired (this is ${process.platform} ${process.arch}); the same project publishes @node-llama-cpp/mac-arm64-metal, which this bench does not drive yet`);
   }
   const found = installedBins(home.dir);
   if (found) return found;
@@ -100,23 +115,22 @@ export function locatePackage(home: { dir: string; install: boolean }, log: (lin
   return bins;
 }
 
-/** Compiles shim.c against the package's libggml-base.so, once per shim source and package folder. */
+/** Compiles shim.c against the libggml-base.so in bins, once per shim source and folder. */
 function buildShim(bins: string, dir: string, log: (line: string) => void): string {
   const source = join(import.meta.dir, "shim.c");
   const key = createHash("sha256").update(readFileSync(source)).update(bins).digest("hex").slice(0, 16);
   const out = join(dir, "shim", `liblmhead-peer-${key}.so`);
   if (existsSync(out)) return out;
-  log("compiling the peer shim with zig cc");
+  // zig cc where ./lmhead has installed zig; the system's cc on a GPU machine that runs the
+  // bench with a Bun of its own.
+  const cc = Bun.which("zig") ? ["zig", "cc"] : Bun.which("cc") ? ["cc"] : null;
+  if (!cc) throw new PeerError("neither zig nor cc is on PATH; run the bench through ./lmhead, which installs zig");
+  log(`compiling the peer shim with ${cc.join(" ")}`);
   mkdirSync(join(dir, "shim"), { recursive: true });
   const partial = `${out}.${process.pid}.tmp`;
   const flags = ["-shared", "-fPIC", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"];
-  let zig;
-  try {
-    zig = Bun.spawnSync(["zig", "cc", ...flags, "-o", partial, source, `-L${bins}`, "-lggml-base", `-Wl,-rpath,${bins}`], { stdout: "pipe", stderr: "pipe" });
-  } catch {
-    throw new PeerError("zig is not on PATH; run the bench through ./lmhead, which installs it");
-  }
-  if (zig.exitCode !== 0) throw new PeerError(`zig cc could not build ${source}: ${zig.stderr.toString().trim()}`);
+  const built = Bun.spawnSync([...cc, ...flags, "-o", partial, source, `-L${bins}`, "-lggml-base", `-Wl,-rpath,${bins}`], { stdout: "pipe", stderr: "pipe" });
+  if (built.exitCode !== 0) throw new PeerError(`${cc.join(" ")} could not build ${source}: ${built.stderr.toString().trim()}`);
   renameSync(partial, out); // atomic: another bench may be compiling the same shim
   return out;
 }
@@ -162,43 +176,54 @@ function bestVariant(shim: Shim, bins: string): { name: string; path: string } {
   return best;
 }
 
-/** ggml's CPU backend, the best variant for this CPU, with `threads` threads. */
+/** ggml's backend on one device: the CPU (the best variant for it, with `threads` threads) or a GPU. */
 export class GgmlPeer implements Disposable {
   readonly ggmlVersion: string;
   readonly ggmlCommit: string;
-  /** The CPU, as ggml's device describes it. */
-  readonly cpu: string;
-  /** The extra weight buffer types ggml's CPU backend offers on this machine, e.g. ["AMX", "CPU_REPACK"]. */
+  /** The device, as ggml describes it: the CPU's name, or the GPU's. */
+  readonly device: string;
+  /** The extra weight buffer types ggml's CPU backend offers on this machine, e.g. ["AMX", "CPU_REPACK"]; none on a GPU. */
   readonly extraBuffers: string[];
   #open = true;
 
   private constructor(
     readonly shim: Shim,
     readonly handle: bigint,
-    /** The libggml-cpu variant loaded, e.g. "icelake". */
-    readonly variant: string,
+    /** The backend library loaded, e.g. libggml-cpu-icelake.so or libggml-cuda.so. */
+    readonly library: string,
+    /** The CPU backend's threads; 0 on a GPU. */
     readonly threads: number,
   ) {
-    const [version = "", commit = "", cpu = "", extra = ""] = shimString((dst, capacity) => shim.lhp_info(handle, dst, capacity)).split("\t");
+    const [version = "", commit = "", device = "", extra = ""] = shimString((dst, capacity) => shim.lhp_info(handle, dst, capacity)).split("\t");
     this.ggmlVersion = version;
     this.ggmlCommit = commit;
-    this.cpu = cpu;
+    this.device = device;
     this.extraBuffers = extra.split(",").filter((name) => name.length > 0);
   }
 
-  /** Installs (if allowed) and loads the pinned package; every failure is a PeerError. */
+  /** ggml's CPU backend: installs (if allowed) and loads the pinned package; every failure is a PeerError. */
   static open(threads: number, log: (line: string) => void = () => {}, home = peerHome()): GgmlPeer {
     const bins = locatePackage(home, log);
     const shim = loadShim(buildShim(bins, home.dir, log));
     const variant = bestVariant(shim, bins);
     const handle = handleOut(shim, (out) => shim.lhp_open(cString(variant.path), threads, out), `open ${variant.name}`);
-    return new GgmlPeer(shim, handle, variant.name, threads);
+    return new GgmlPeer(shim, handle, basename(variant.path), threads);
+  }
+
+  /** ggml's CUDA backend on the first GPU, from the build in LMHEAD_PEER_CUDA_DIR; every failure is a PeerError. */
+  static openCuda(log: (line: string) => void = () => {}, env: Record<string, string | undefined> = process.env): GgmlPeer {
+    const bins = cudaBuild(env);
+    const shim = loadShim(buildShim(bins, bins, log));
+    const path = join(bins, "libggml-cuda.so");
+    const handle = handleOut(shim, (out) => shim.lhp_open(cString(path), 0, out), "open libggml-cuda.so");
+    return new GgmlPeer(shim, handle, "libggml-cuda.so", 0);
   }
 
   /**
    * The head's weights for ggml: vocab rows of `hidden` values of ggml type typeId, the very
-   * bytes lmhead reads. In a plain CPU buffer ggml reads them in place; AMX and CPU_REPACK
-   * buffers hold a converted copy, made here. `bytes` must outlive the head.
+   * bytes lmhead reads. In a plain CPU buffer ggml reads them in place, so `bytes` must
+   * outlive the head; AMX and CPU_REPACK buffers hold a converted copy, and a GPU a copy in
+   * its memory, made here.
    */
   head(typeId: number, hidden: number, vocab: number, bytes: Uint8Array, buffer: PeerBuffer): GgmlHead {
     const choice = peerBuffers.indexOf(buffer);
@@ -218,7 +243,7 @@ export class GgmlPeer implements Disposable {
 }
 
 export class GgmlHead implements Disposable {
-  /** The ggml buffer type holding the weights: CPU (lmhead's bytes in place), CPU_REPACK or AMX. */
+  /** The ggml buffer type holding the weights: CPU (lmhead's bytes in place), CPU_REPACK, AMX, or a GPU's (e.g. CUDA0). */
   readonly buffer: string;
   #freed = false;
 

@@ -1,12 +1,13 @@
-// The bench's ggml peer: ggml's CPU backend computing the head's mul_mat, for the side-by-side
-// bench only (never part of liblmhead). bun:ffi cannot pass ggml_init's by-value struct, so
+// The bench's ggml peer: ggml's CPU or CUDA backend computing the head's mul_mat, for the
+// side-by-side bench only (never part of liblmhead). bun:ffi cannot pass ggml_init's by-value struct, so
 // this small layer owns every ggml call and exposes pointers, integers and status codes.
 //
 // The declarations below are written from the public headers of ggml v0.19.0 (ggml-org/ggml
 // tag v0.19.0: include/ggml.h, ggml-alloc.h, ggml-backend.h, ggml-cpu.h, and
 // src/ggml-backend-impl.h for the two entry points every dynamically loaded backend exports),
-// the ggml that @node-llama-cpp/linux-x64@3.20.0 bundles (llama.cpp b10361). Only what this
-// file calls is declared. lhp_open refuses a library whose ggml_version() differs.
+// the ggml that @node-llama-cpp/linux-x64@3.20.0 bundles (llama.cpp b10361) and that
+// build-cuda.sh builds from source for a GPU. Only what this file calls is declared. lhp_open
+// refuses a library whose ggml_version() differs.
 //
 // ggml aborts the process on a failed assertion, so every entry point checks sizes, alignment
 // and types before handing anything to ggml. Errors: a non-zero status and lhp_last_error.
@@ -38,6 +39,7 @@ struct ggml_init_params {
 enum ggml_type { GGML_TYPE_F32 = 0, GGML_TYPE_COUNT = 43 };
 enum ggml_status { GGML_STATUS_SUCCESS = 0 };
 enum ggml_backend_buffer_usage { GGML_BACKEND_BUFFER_USAGE_WEIGHTS = 1 };
+enum ggml_backend_dev_type { GGML_BACKEND_DEVICE_TYPE_CPU = 0 };
 enum ggml_log_level { GGML_LOG_LEVEL_WARN = 3, GGML_LOG_LEVEL_CONT = 5 };
 #define GGML_MAX_N_THREADS 512
 enum ggml_sched_priority { GGML_SCHED_PRIO_NORMAL = 0 };
@@ -80,6 +82,8 @@ void ggml_backend_tensor_set(struct ggml_tensor * tensor, const void * data, siz
 void ggml_backend_tensor_get(const struct ggml_tensor * tensor, void * data, size_t offset, size_t size);
 enum ggml_status ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph);
 const char * ggml_backend_dev_description(ggml_backend_dev_t device);
+enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t device);
+ggml_backend_buffer_type_t ggml_backend_dev_buffer_type(ggml_backend_dev_t device);
 ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * params);
 bool ggml_backend_dev_supports_op(ggml_backend_dev_t device, const struct ggml_tensor * op);
 size_t ggml_backend_reg_dev_count(ggml_backend_reg_t reg);
@@ -107,12 +111,14 @@ typedef int (*ggml_backend_score_t)(void);
 #define LHP_MAX_ROWS 4096
 
 enum lhp_status { LHP_OK = 0, LHP_INVALID = 1, LHP_UNSUPPORTED = 2, LHP_FAILED = 3 };
-// Which buffer holds the weights: the best the machine offers, or one named.
+// Which buffer holds the weights: the best the machine offers, or one named. A GPU has one:
+// its own memory, which best picks.
 enum lhp_buffer { LHP_BUFFER_BEST = 0, LHP_BUFFER_CPU = 1, LHP_BUFFER_REPACK = 2, LHP_BUFFER_AMX = 3 };
 
 struct lhp_peer {
-    void * variant; // dlopen handle of libggml-cpu-<variant>.so
+    void * library; // dlopen handle of libggml-cpu-<variant>.so or libggml-cuda.so
     ggml_backend_dev_t device;
+    bool cpu; // the device computes in host memory, on `threads` threads
     ggml_backend_t backend;
     struct ggml_threadpool * threadpool;
     ggml_threadpool_free_t threadpool_free;
@@ -184,7 +190,7 @@ void lhp_close(struct lhp_peer * peer) {
     if (peer == NULL) return;
     if (peer->backend != NULL) ggml_backend_free(peer->backend);
     if (peer->threadpool != NULL) peer->threadpool_free(peer->threadpool);
-    // The variant stays loaded: ggml keeps static state (buffer types, type traits) in it.
+    // The library stays loaded: ggml keeps static state (buffer types, type traits) in it.
     free(peer);
 }
 
@@ -205,29 +211,48 @@ static bool attach_threadpool(struct lhp_peer * peer, ggml_backend_reg_t reg, in
     return true;
 }
 
-/// Loads the CPU variant at path, starts its backend with `threads` threads.
+/// Loads the backend library at path (a CPU variant, or a GPU's backend such as
+/// libggml-cuda.so) and starts its first device: a CPU with `threads` threads (1..512), a GPU
+/// with threads 0.
 int lhp_open(const char * path, int threads, struct lhp_peer ** out) {
     if (path == NULL || out == NULL) return fail(LHP_INVALID, "null argument");
-    if (threads < 1 || threads > GGML_MAX_N_THREADS) return fail(LHP_INVALID, "threads %d outside [1, %d]", threads, GGML_MAX_N_THREADS);
+    if (threads < 0 || threads > GGML_MAX_N_THREADS) return fail(LHP_INVALID, "threads %d outside [0, %d]", threads, GGML_MAX_N_THREADS);
     if (strcmp(ggml_version(), LHP_GGML_VERSION) != 0) {
         return fail(LHP_UNSUPPORTED, "libggml-base is ggml %s; this shim is declared for ggml %s", ggml_version(), LHP_GGML_VERSION);
     }
     ggml_log_set(log_warnings, NULL);
     struct lhp_peer * peer = calloc(1, sizeof *peer);
     if (peer == NULL) return fail(LHP_FAILED, "out of memory");
-    peer->variant = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (peer->variant == NULL) {
+    peer->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (peer->library == NULL) {
         free(peer);
         return fail(LHP_FAILED, "dlopen %s: %s", path, dlerror());
     }
-    ggml_backend_init_t init = (ggml_backend_init_t) dlsym(peer->variant, "ggml_backend_init");
+    ggml_backend_init_t init = (ggml_backend_init_t) dlsym(peer->library, "ggml_backend_init");
     ggml_backend_reg_t reg = init != NULL ? init() : NULL;
     if (reg != NULL && ggml_backend_reg_dev_count(reg) >= 1) {
         peer->device = ggml_backend_reg_dev_get(reg, 0);
         peer->backend = ggml_backend_dev_init(peer->device, NULL);
     }
+    if (peer->backend == NULL) {
+        lhp_close(peer);
+        return fail(LHP_FAILED, "%s started no device (no GPU, or its driver or runtime missing?)", path);
+    }
+    peer->cpu = ggml_backend_dev_type(peer->device) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    if (!peer->cpu) {
+        if (threads != 0) {
+            lhp_close(peer);
+            return fail(LHP_INVALID, "%s is a GPU's backend (%s): threads must be 0, got %d", path, ggml_backend_dev_description(peer->device), threads);
+        }
+        *out = peer;
+        return LHP_OK;
+    }
+    if (threads == 0) {
+        lhp_close(peer);
+        return fail(LHP_INVALID, "%s is a CPU backend: threads must be 1 or more", path);
+    }
     ggml_backend_set_n_threads_t set_threads = reg != NULL ? (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads") : NULL;
-    if (peer->backend == NULL || set_threads == NULL || !attach_threadpool(peer, reg, threads)) {
+    if (set_threads == NULL || !attach_threadpool(peer, reg, threads)) {
         lhp_close(peer);
         return fail(LHP_FAILED, "could not start the CPU backend of %s with %d threads", path, threads);
     }
@@ -288,9 +313,9 @@ static void head_release(struct lhp_head * head) {
     head->weight = NULL;
 }
 
-/// Binds a fresh weight tensor to `bytes` without copying (buft NULL), or repacks a copy of
-/// them into a buffer of the extra type buft. Returns false, with nothing held, when the
-/// device cannot run the matmul from there.
+/// Binds a fresh weight tensor to `bytes` without copying (buft NULL), or copies them into a
+/// buffer of type buft (an extra CPU type repacks them; a GPU's uploads them). Returns false,
+/// with nothing held, when the device cannot run the matmul from there.
 static bool head_place(struct lhp_head * head, int type, void * bytes, size_t byte_count, ggml_backend_buffer_type_t buft) {
     head->ctx = new_context(1, false);
     if (head->ctx == NULL) return false;
@@ -303,14 +328,15 @@ static bool head_place(struct lhp_head * head, int type, void * bytes, size_t by
         return false;
     }
     ggml_backend_buffer_set_usage(head->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    if (buft != NULL) ggml_backend_tensor_set(head->weight, bytes, 0, byte_count); // repacks
+    if (buft != NULL) ggml_backend_tensor_set(head->weight, bytes, 0, byte_count);
     snprintf(head->buffer_name, sizeof head->buffer_name, "%s", buft == NULL ? "CPU" : ggml_backend_buft_name(buft));
     return true;
 }
 
 /// The head: vocab rows of values_per_row values of ggml type `type`, read from `bytes`
 /// (byte_count bytes, 32-byte aligned, kept alive by the caller while the head lives). `choice`
-/// picks the buffer (enum lhp_buffer); best tries AMX, then CPU_REPACK, then the bytes in place.
+/// picks the buffer (enum lhp_buffer); on a CPU, best tries AMX, then CPU_REPACK, then the
+/// bytes in place; a GPU takes a copy in its own memory (best only).
 int lhp_head_new(struct lhp_peer * peer, int type, int64_t values_per_row, int64_t vocab, void * bytes, uint64_t byte_count,
                  int choice, struct lhp_head ** out) {
     if (peer == NULL || bytes == NULL || out == NULL) return fail(LHP_INVALID, "null argument");
@@ -324,7 +350,7 @@ int lhp_head_new(struct lhp_peer * peer, int type, int64_t values_per_row, int64
     // Both factors are bounded above, so the product cannot overflow.
     uint64_t expected_bytes = (uint64_t) ggml_row_size((enum ggml_type) type, values_per_row) * (uint64_t) vocab;
     if (byte_count != expected_bytes) return fail(LHP_INVALID, "head has %llu bytes, a %s head of %lld x %lld needs %llu", (unsigned long long) byte_count, ggml_type_name((enum ggml_type) type), (long long) vocab, (long long) values_per_row, (unsigned long long) expected_bytes);
-    if ((uintptr_t) bytes % LHP_TENSOR_ALIGNMENT_BYTES != 0) return fail(LHP_INVALID, "head bytes are not %d-byte aligned", LHP_TENSOR_ALIGNMENT_BYTES);
+    if (peer->cpu && (uintptr_t) bytes % LHP_TENSOR_ALIGNMENT_BYTES != 0) return fail(LHP_INVALID, "head bytes are not %d-byte aligned", LHP_TENSOR_ALIGNMENT_BYTES);
     if (choice < LHP_BUFFER_BEST || choice > LHP_BUFFER_AMX) return fail(LHP_INVALID, "buffer choice %d unknown", choice);
 
     struct lhp_head * head = calloc(1, sizeof *head);
@@ -332,6 +358,14 @@ int lhp_head_new(struct lhp_peer * peer, int type, int64_t values_per_row, int64
     head->peer = peer;
     head->values_per_row = values_per_row;
     head->vocab = vocab;
+    if (!peer->cpu) {
+        if (choice != LHP_BUFFER_BEST || !head_place(head, type, bytes, byte_count, ggml_backend_dev_buffer_type(peer->device))) {
+            free(head);
+            return fail(LHP_UNSUPPORTED, "%s runs no %s mul_mat from %s", ggml_backend_dev_description(peer->device), ggml_type_name((enum ggml_type) type), choice == LHP_BUFFER_BEST ? "its own memory" : "a CPU buffer");
+        }
+        *out = head;
+        return LHP_OK;
+    }
     static const char * const extra_names[] = { "AMX", "CPU_REPACK" };
     bool placed = false;
     for (int i = 0; i < 2 && !placed; i++) {
