@@ -100,7 +100,7 @@ export class MlxDevice implements Disposable {
   /**
    * This machine's read bandwidth, measured in the same process as the figures it scales:
    * the median of `passes` reads of `bytes` (default 512 MiB, 16× a 32 MiB L3) on the device's
-   * own threads with wide loads, as the head reads, and with one thread.
+   * own threads (a GPU's whole grid) with wide loads, as the head reads, and with one thread.
    */
   readBandwidth(opts: { bytes?: number; passes?: number } = {}): BandwidthResult {
     const { min, max } = MlxDevice.probeBytes;
@@ -116,7 +116,7 @@ export class MlxDevice implements Disposable {
       gbs: out[0]! / 1e9,
       oneThreadGbs: out[1]! / 1e9,
       threads: this.threads,
-      method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with wide vector loads on the device's ${this.threads} threads, median of ${passes}`,
+      method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with wide vector loads ${this.kind === "cpu" ? `on the device's ${this.threads} threads` : "by a kernel over the whole GPU"}, median of ${passes}`,
     };
   }
 
