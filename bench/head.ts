@@ -82,7 +82,7 @@ export const benchFlags: FlagSpec[] = [
   { name: "hidden", value: "H", help: "hidden size (default 2816; must be whole blocks of every type benched)" },
   { name: "iterations", value: "I", help: "measured iterations per task (default 3; the median is reported)" },
   { name: "warmup", value: "W", help: "warm-up iterations per task (default 1)" },
-  { name: "out", value: "DIR", help: "directory for head-bench-<vocab>x<hidden>.json and .svg (peer-<name>[-<buffer>]-… with --peer; default bench/results/)" },
+  { name: "out", value: "DIR", help: "directory for head-bench[-<backend>]-<vocab>x<hidden>.json and .svg\n(peer-<name>[-<backend>][-<buffer>]-… with --peer; the backend when not cpu;\ndefault bench/results/)" },
   ...peerFlags,
   ...commonFlags,
 ];
@@ -194,13 +194,18 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       // At large N the canonical order is bound by its fmas, not by the weights' bytes.
       const fmasPerSecond = o.probeBytes > 0 ? device.fmaRate() : null;
 
+      // Logits as a decode loop takes them: lent zero-copy where the host sees the device's
+      // memory, else read into one array allocated here (a fresh array per call would time
+      // the first touch of its pages, not the head).
+      const out = device.hostVisible ? null : new Float32Array(maxRows * o.vocab);
+      const rowsOut = (first: number, n: number) => out?.subarray(first * o.vocab, (first + n) * o.vocab);
       const tasks: TimedTask[] = [];
       for (const n of o.rows) {
         const input = inputs.get(n)!;
-        tasks.push({ name: `batched N=${n}`, run: () => void weights.lmHeadBatched(input, n) });
+        tasks.push({ name: `batched N=${n}`, run: () => void weights.lmHeadBatched(input, n, rowsOut(0, n)) });
         if (n > 1) {
           tasks.push({ name: `scalar N=${n}`, run: () => {
-            for (let r = 0; r < n; r++) weights.lmHeadBatched(singles[r]!, 1);
+            for (let r = 0; r < n; r++) weights.lmHeadBatched(singles[r]!, 1, rowsOut(r, 1));
           } });
         }
       }
@@ -303,6 +308,17 @@ function checkWritable(dir: string, cmd: string): void {
   }
 }
 
+/**
+ * The results' path without .json/.svg. A peer run names its files apart (and by the peer's
+ * buffer when one is asked for), and a GPU's run by its backend, so no run replaces the table
+ * of another kind.
+ */
+export function resultsBase(o: Pick<BenchOptions, "outDir" | "backend" | "peer" | "vocab" | "hidden">): string {
+  const backend = o.backend === "cpu" ? "" : `-${o.backend}`;
+  const peer = o.peer ? `peer-${o.peer.name}${backend}${o.peer.buffer === "best" ? "" : `-${o.peer.buffer}`}` : null;
+  return join(o.outDir, `${peer ?? `head-bench${backend}`}-${o.vocab}x${o.hidden}`);
+}
+
 async function benchMain(argv: string[]): Promise<number> {
   const opts = parseBenchArgs(argv);
   if (opts === "help") {
@@ -310,10 +326,7 @@ async function benchMain(argv: string[]): Promise<number> {
     return 0;
   }
   const result = await runBench(opts, (line) => console.error(`lmhead bench: ${line}`));
-  // A peer run names its files apart (and by the peer's buffer when one is asked for), so it
-  // never replaces the full table of a plain run or a run on another buffer.
-  const peer = opts.peer ? `peer-${opts.peer.name}${opts.peer.buffer === "best" ? "" : `-${opts.peer.buffer}`}` : null;
-  const base = join(opts.outDir, `${peer ?? "head-bench"}-${opts.vocab}x${opts.hidden}`);
+  const base = resultsBase(opts);
   writeFileSync(`${base}.json`, JSON.stringify(result, null, 2) + "\n");
   writeFileSync(`${base}.svg`, benchSvg(result));
   console.log(`lmhead bench: vocab ${result.vocab} x hidden ${result.hidden}, ${result.device}, median of ${result.iterations} iterations`);

@@ -6,7 +6,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { benchSvg, parseBenchArgs, runBench } from "../bench/head.ts";
+import { benchSvg, parseBenchArgs, resultsBase, runBench } from "../bench/head.ts";
 import { PeerBench, peerDefaultVocab } from "../bench/peer/compare.ts";
 import { cudaBuild, GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, PeerError } from "../bench/peer/ggml.ts";
 import { fillHead } from "../bench/weights.ts";
@@ -40,6 +40,16 @@ describe("bench --peer flags", () => {
     expect(() => parseBenchArgs(["--peer", "llama"])).toThrow(new UsageError("bench: --peer must be ggml, got 'llama'"));
     expect(() => parseBenchArgs(["--peer", "ggml", "--peer-buffer", "gpu"])).toThrow(/--peer-buffer must be best, cpu, repack, amx, got 'gpu'/);
     expect(() => parseBenchArgs(["--peer-buffer", "cpu"])).toThrow(new UsageError("bench: --peer-buffer needs --peer"));
+  });
+
+  test("results are named by peer, backend and buffer, so no run replaces another kind's", () => {
+    const o = { outDir: "r", vocab: 8, hidden: 4 };
+    const ggml = { name: "ggml", buffer: "best" } as const;
+    expect(resultsBase({ ...o, backend: "cpu", peer: null })).toBe(join("r", "head-bench-8x4"));
+    expect(resultsBase({ ...o, backend: "cuda", peer: null })).toBe(join("r", "head-bench-cuda-8x4"));
+    expect(resultsBase({ ...o, backend: "cpu", peer: ggml })).toBe(join("r", "peer-ggml-8x4"));
+    expect(resultsBase({ ...o, backend: "cpu", peer: { ...ggml, buffer: "repack" } })).toBe(join("r", "peer-ggml-repack-8x4"));
+    expect(resultsBase({ ...o, backend: "cuda", peer: ggml })).toBe(join("r", "peer-ggml-cuda-8x4"));
   });
 
   test("bench --help documents both flags", () => {

@@ -24,6 +24,10 @@ if [ "$minor" != 19 ]; then
     exit 1
 fi
 command -v nvcc >/dev/null || PATH=/usr/local/cuda/bin:$PATH
+# ggml names its commit from git: a source copied into another repository must not take that
+# repository's (it reports 'unknown' instead).
+GIT_CEILING_DIRECTORIES=$(dirname "$(cd "$src" && pwd)")
+export GIT_CEILING_DIRECTORIES
 generator=
 command -v ninja >/dev/null && generator="-G Ninja"
 # Backends as loadable modules (the shim dlopens libggml-cuda.so, as it does a CPU variant);
