@@ -275,19 +275,26 @@ export function formatBenchTable(r: BenchResult): string {
   return textTable(header, body);
 }
 
+/** ms against N per type; beside a peer, both sides' matmul alone (like for like: on a GPU a whole call also reads the logits back). */
 export function benchSvg(r: BenchResult): string {
-  const series: PlotSeries[] = r.types.map((t) => ({
-    label: t.type,
-    floorMs: t.floorMs,
-    points: r.rows.filter((row) => row.typeId === t.typeId).map((row) => ({ n: row.n, ms: row.ms })),
-    peerPoints: r.peer?.rows.filter((row) => row.typeId === t.typeId).map((row) => ({ n: row.n, ms: (row.peerMsBefore + row.peerMsAfter) / 2 })),
-  }));
+  const series: PlotSeries[] = r.types.map((t) => {
+    const peerRows = r.peer?.rows.filter((row) => row.typeId === t.typeId);
+    return {
+      label: t.type,
+      floorMs: t.floorMs,
+      points: peerRows
+        ? peerRows.map((row) => ({ n: row.n, ms: row.lmheadMs }))
+        : r.rows.filter((row) => row.typeId === t.typeId).map((row) => ({ n: row.n, ms: row.ms })),
+      peerPoints: peerRows?.map((row) => ({ n: row.n, ms: (row.peerMsBefore + row.peerMsAfter) / 2 })),
+    };
+  });
   const probes = r.types.flatMap((t) => (t.bandwidth ? [t.bandwidth.gbs] : []));
   const bw = probes.length
     ? `floor = head bytes / read bandwidth probed before each type (${Math.min(...probes).toFixed(1)}–${Math.max(...probes).toFixed(1)} GB/s)`
     : "no bandwidth probe";
   const peer = r.peer ? `ggml ${r.peer.library.replace(/^libggml-(cpu-)?|\.so$/g, "")}, matmul only` : undefined;
-  return plotSvg(`lmhead: batched head, vocab ${r.vocab} x hidden ${r.hidden}`, `${r.device}; median of ${r.iterations}; ${bw}`, series, peer);
+  const title = r.peer ? `lmhead (solid) and ggml (dotted), matmul alone, vocab ${r.vocab} x hidden ${r.hidden}` : `lmhead: batched head, vocab ${r.vocab} x hidden ${r.hidden}`;
+  return plotSvg(title, `${r.device}; median of ${r.iterations}; ${bw}`, series, peer);
 }
 
 export const benchCommand: Command = {

@@ -6,7 +6,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { benchSvg, parseBenchArgs, resultsBase, runBench } from "../bench/head.ts";
+import { benchSvg, parseBenchArgs, resultsBase, runBench, type BenchResult } from "../bench/head.ts";
 import { PeerBench, peerDefaultVocab } from "../bench/peer/compare.ts";
 import { cudaBuild, GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, PeerError } from "../bench/peer/ggml.ts";
 import { fillHead } from "../bench/weights.ts";
@@ -50,6 +50,21 @@ describe("bench --peer flags", () => {
     expect(resultsBase({ ...o, backend: "cpu", peer: ggml })).toBe(join("r", "peer-ggml-8x4"));
     expect(resultsBase({ ...o, backend: "cpu", peer: { ...ggml, buffer: "repack" } })).toBe(join("r", "peer-ggml-repack-8x4"));
     expect(resultsBase({ ...o, backend: "cuda", peer: ggml })).toBe(join("r", "peer-ggml-cuda-8x4"));
+  });
+
+  test("beside a peer the plot shows lmhead's matmul alone, like ggml's; alone, its whole call", () => {
+    // Only the fields benchSvg reads.
+    const base = {
+      vocab: 8, hidden: 4, device: "d", iterations: 1,
+      types: [{ type: "Q8_0", typeId: 8, floorMs: null, bandwidth: null }],
+      rows: [{ typeId: 8, n: 1, ms: 5 }],
+    };
+    const peer = { library: "libggml-cuda.so", rows: [{ typeId: 8, n: 1, lmheadMs: 2, peerMsBefore: 3, peerMsAfter: 4 }] };
+    const beside = benchSvg({ ...base, peer } as unknown as BenchResult);
+    expect(beside).toContain("Q8_0 N=1: 2.00 ms");
+    expect(beside).toContain("Q8_0 ggml cuda, matmul only N=1: 3.50 ms");
+    expect(beside).not.toContain("5.00 ms");
+    expect(benchSvg(base as unknown as BenchResult)).toContain("Q8_0 N=1: 5.00 ms");
   });
 
   test("bench --help documents both flags", () => {
