@@ -64,7 +64,7 @@ export interface PeerRow {
 
 export interface PeerResult {
   peer: "ggml";
-  /** Where the peer came from: the npm package, or the source build-cuda.sh built. */
+  /** Where the peer came from: the npm package, or the build of ggml's source by build-cuda.sh. */
   package: string;
   ggml: string;
   /** The backend library loaded (on a CPU, the variant with ggml's best score for it) and the device it names. */
@@ -169,7 +169,7 @@ export class PeerBench implements Disposable {
     if (device.kind === "cuda") {
       if (options.buffer !== "best") throw new PeerError(`--peer-buffer ${options.buffer}: ggml's CUDA backend keeps the weights in the GPU's memory; only best applies`);
       const peer = GgmlPeer.openCuda(log);
-      log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}), ${peer.library} from LMHEAD_PEER_CUDA_DIR=${process.env.LMHEAD_PEER_CUDA_DIR}, on ${peer.device}`);
+      log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}), ${peer.library} from ${peer.source}, on ${peer.device}`);
       return new PeerBench(peer, options, o);
     }
     if (device.kind !== "cpu") throw new PeerError(`no ggml peer is wired for the ${device.kind} backend (cpu and cuda are)`);
@@ -181,7 +181,7 @@ export class PeerBench implements Disposable {
       throw new PeerError(`--peer-buffer ${options.buffer}: ggml's CPU backend offers no ${named} buffer on this machine (it offers ${["CPU", ...peer.extraBuffers].join(", ")})`);
     }
     const extra = peer.extraBuffers.length > 0 ? peer.extraBuffers.join(", ") : "none";
-    log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}) from ${peerPackage.name}@${peerPackage.version}, ${peer.library}, ${threads} threads, extra weight buffers here: ${extra}`);
+    log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}) from ${peer.source}, ${peer.library}, ${threads} threads, extra weight buffers here: ${extra}`);
     return new PeerBench(peer, options, o);
   }
 
@@ -268,7 +268,7 @@ export class PeerBench implements Disposable {
     const p = this.peer;
     return {
       peer: "ggml",
-      package: p.threads > 0 ? `${peerPackage.name}@${peerPackage.version}` : `ggml-org/ggml v${peerPackage.ggml}, built by bench/peer/build-cuda.sh`,
+      package: p.source,
       ggml: `${p.ggmlVersion} (${p.ggmlCommit})`,
       library: p.library,
       device: p.device,

@@ -191,6 +191,8 @@ export class GgmlPeer implements Disposable {
     readonly handle: bigint,
     /** The backend library loaded, e.g. libggml-cpu-icelake.so or libggml-cuda.so. */
     readonly library: string,
+    /** Where it came from: the npm package, or the build in LMHEAD_PEER_CUDA_DIR. */
+    readonly source: string,
     /** The CPU backend's threads; 0 on a GPU. */
     readonly threads: number,
   ) {
@@ -207,7 +209,7 @@ export class GgmlPeer implements Disposable {
     const shim = loadShim(buildShim(bins, home.dir, log));
     const variant = bestVariant(shim, bins);
     const handle = handleOut(shim, (out) => shim.lhp_open(cString(variant.path), threads, out), `open ${variant.name}`);
-    return new GgmlPeer(shim, handle, basename(variant.path), threads);
+    return new GgmlPeer(shim, handle, basename(variant.path), pinned, threads);
   }
 
   /** ggml's CUDA backend on the first GPU, from the build in LMHEAD_PEER_CUDA_DIR; every failure is a PeerError. */
@@ -216,7 +218,7 @@ export class GgmlPeer implements Disposable {
     const shim = loadShim(buildShim(bins, bins, log));
     const path = join(bins, "libggml-cuda.so");
     const handle = handleOut(shim, (out) => shim.lhp_open(cString(path), 0, out), "open libggml-cuda.so");
-    return new GgmlPeer(shim, handle, "libggml-cuda.so", 0);
+    return new GgmlPeer(shim, handle, "libggml-cuda.so", `ggml-org/ggml v${peerPackage.ggml} built by bench/peer/build-cuda.sh in ${bins}`, 0);
   }
 
   /**
