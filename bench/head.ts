@@ -194,18 +194,13 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       // At large N the canonical order is bound by its fmas, not by the weights' bytes.
       const fmasPerSecond = o.probeBytes > 0 ? device.fmaRate() : null;
 
-      // Logits as a decode loop takes them: lent zero-copy where the host sees the device's
-      // memory, else read into one array allocated here (a fresh array per call would time
-      // the first touch of its pages, not the head).
-      const out = device.hostVisible ? null : new Float32Array(maxRows * o.vocab);
-      const rowsOut = (first: number, n: number) => out?.subarray(first * o.vocab, (first + n) * o.vocab);
       const tasks: TimedTask[] = [];
       for (const n of o.rows) {
         const input = inputs.get(n)!;
-        tasks.push({ name: `batched N=${n}`, run: () => void weights.lmHeadBatched(input, n, rowsOut(0, n)) });
+        tasks.push({ name: `batched N=${n}`, run: () => void weights.lmHeadBatched(input, n) });
         if (n > 1) {
           tasks.push({ name: `scalar N=${n}`, run: () => {
-            for (let r = 0; r < n; r++) weights.lmHeadBatched(singles[r]!, 1, rowsOut(r, 1));
+            for (let r = 0; r < n; r++) weights.lmHeadBatched(singles[r]!, 1);
           } });
         }
       }

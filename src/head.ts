@@ -175,10 +175,12 @@ export class MlxModelWeights {
    * Logits for n hidden rows ([n, hiddenSize] f32, before the final norm): one session,
    * one wait. n = 0 gives an empty result.
    *
-   * With `out` (n·vocab f32) the logits are read into it. Without, on a device whose memory
-   * the host sees (the CPU), they are lent zero-copy: valid until the next call on these
-   * weights, after which reading them is an LmheadError ("stale"); elsewhere they are read
-   * into a new array. Rows holding NaN or ±Inf throw a NonFiniteRowsError naming them.
+   * With `out` (n·vocab f32) the logits are read into it. Without, they are lent: valid
+   * until the next call on these weights, after which reading them is an LmheadError
+   * ("stale"). Where the host sees the device's memory (the CPU) they are the device's own
+   * output, zero-copy; elsewhere (a GPU) they are read back into one host array that the
+   * weights keep, so a decode loop neither allocates nor first-touches n·vocab values per
+   * call. Rows holding NaN or ±Inf throw a NonFiniteRowsError naming them.
    */
   lmHeadBatched(hiddenRows: Float32Array, n: number, out?: Float32Array): BatchedHeadOut {
     if (!Number.isSafeInteger(n) || n < 0) throw new LmheadError("invalid_argument", `lm_head_batched: n ${n} is not a non-negative integer`);
@@ -215,15 +217,9 @@ export class MlxModelWeights {
       views.counts.readInto(counts);
       return badRows(counts, n);
     });
-    let logits: Float32Array;
-    let current: (() => boolean) | null = null;
-    if (out === undefined && scratch.hostLogits !== null) {
-      logits = scratch.hostLogits.subarray(0, values);
-      current = () => this.#calls === call;
-    } else {
-      logits = out ?? new Float32Array(values);
-      hostPhases.time("headReadback", () => views.logits.readInto(logits));
-    }
+    const logits = out ?? scratch.hostLogits.subarray(0, values);
+    if (out !== undefined || !this.device.hostVisible) hostPhases.time("headReadback", () => views.logits.readInto(logits));
+    const current = out === undefined ? () => this.#calls === call : null;
     if (bad.length > 0) throw new NonFiniteRowsError(bad, n, describeRow(bad[0]!, logits, this.vocabSize, hiddenRows, this.hiddenSize));
     return makeOut(logits, n, this.vocabSize, current);
   }
@@ -271,15 +267,16 @@ export class MlxModelWeights {
     const old = this.#scratch;
     const rows = Math.max(n, old ? Math.min(old.rows * 2, 1024) : 1);
     const logitBytes = this.#logitValues(rows) * 4;
-    // Host-visible logits live in JS-owned memory, so a lent array can never outlive them;
-    // shared memory, because an ArrayBuffer could be transferred away from under the device.
-    const hostLogits = this.device.hostVisible ? new Float32Array(new SharedArrayBuffer(logitBytes)) : null;
+    // Lent logits live in JS-owned memory, so a lent array can never outlive them; shared
+    // memory, because an ArrayBuffer could be transferred away from under the device (or the
+    // readback). Where the host sees the device's memory it is the logits buffer itself.
+    const hostLogits = new Float32Array(new SharedArrayBuffer(logitBytes));
     const hostCounts = this.device.hostVisible ? new Uint32Array(new SharedArrayBuffer(rows * 4)) : null;
     this.#scratch = {
       rows,
       hidden: this.device.allocBuffer(rows * this.hiddenSize * 4),
       normed: this.device.allocBuffer(rows * this.hiddenSize * 4),
-      logits: hostLogits ? this.device.wrapHost(new Uint8Array(hostLogits.buffer)) : this.device.allocBuffer(logitBytes),
+      logits: this.device.hostVisible ? this.device.wrapHost(new Uint8Array(hostLogits.buffer)) : this.device.allocBuffer(logitBytes),
       counts: hostCounts ? this.device.wrapHost(new Uint8Array(hostCounts.buffer)) : this.device.allocBuffer(rows * 4),
       hostLogits,
       hostCounts,
@@ -323,8 +320,9 @@ interface ScratchViews {
 interface Scratch extends ScratchViews {
   /** Capacity in rows. */
   rows: number;
-  /** The memory of `logits` and `counts` when the device's buffers are host-visible. */
-  hostLogits: Float32Array | null;
+  /** Lent logits: the memory of `logits` when the device's buffers are host-visible, else its readback. */
+  hostLogits: Float32Array;
+  /** The memory of `counts` when the device's buffers are host-visible. */
   hostCounts: Uint32Array | null;
   /** Views of the first n rows, by n. */
   views: (ScratchViews | undefined)[];

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { BatchedHeadOut, LmheadError, MlxBuffer, MlxDevice, NonFiniteRowsError, counters, dequantize } from "../src/index.ts";
 import { GraphSession } from "../src/runtime.ts";
-import { bits, f32Head, randomF32, referenceHead, rng } from "./support.ts";
+import { bits, f32Head, opaqueDevice, randomF32, referenceHead, rng } from "./support.ts";
 
 const device = MlxDevice.open("cpu");
 
@@ -89,6 +89,21 @@ describe("logits: lent, or into the caller's array", () => {
     expect(() => first.logits).toThrow(LmheadError);
     expect(() => first.row(0)).toThrow(/stale|overwrote/);
     expect(bits(head.weights.lmHeadBatched(x, 2).logits)).toEqual(bits(copy)); // same rows, same bits, same memory
+  });
+
+  test("a device the host cannot see (a GPU) lends a readback array the weights keep: the same bits, stale after the next call", () => {
+    using opaque = f32Head(opaqueDevice(device), hidden, vocab, 7); // the same head as `head`
+    const x = rows(2, 21);
+    const first = opaque.weights.lmHeadBatched(x, 2);
+    expect(bits(first.logits)).toEqual(bits(head.weights.lmHeadBatched(x, 2).logits));
+    const memory = first.logits.buffer;
+    const second = opaque.weights.lmHeadBatched(rows(1, 22), 1);
+    expect(second.logits.buffer).toBe(memory); // no allocation per call
+    expect(() => first.row(0)).toThrow(/stale|overwrote/);
+    const lent = bits(second.logits).slice();
+    const kept = new Float32Array(vocab);
+    expect(opaque.weights.lmHeadBatched(rows(1, 22), 1, kept).logits).toBe(kept); // caller-owned, as before
+    expect(bits(kept)).toEqual(lent);
   });
 
   test("with `out` the logits are written there, whatever the kind of its buffer or its offset", () => {

@@ -30,6 +30,11 @@ export interface TestHead extends Disposable {
   eps: number;
 }
 
+/** `device` presented as one whose buffers the host cannot address, as a GPU's are: a head on it reads its logits back. */
+export function opaqueDevice(device: MlxDevice): MlxDevice {
+  return new Proxy(device, { get: (target, prop) => (prop === "hostVisible" ? false : Reflect.get(target, prop, target)) });
+}
+
 export function f32Head(device: MlxDevice, hidden: number, vocab: number, seed: number, cap: number | null = 30, weightScale = 0.05): TestHead {
   const random = rng(seed);
   const norm = randomF32(hidden, random, 0.5).map((x) => 1 + x);

@@ -156,11 +156,6 @@ export class DecodeLoop {
   /** [slots, hidden] gather buffer, and its [n, hidden] prefixes: no allocation per step. */
   readonly #rows: Float32Array;
   readonly #prefixes: Float32Array[];
-  /** Where a device the host cannot see (a GPU's own memory) reads each step's logits:
-   * one array, grown to the most rows seen, so a step neither allocates nor first-touches
-   * [n, vocab] values (measured on an H200 at 64 slots: 26 ms of a 53 ms step). Host-visible
-   * devices lend their own (null here). Rows are views, valid for the step, as TokenEvent says. */
-  #logits: Float32Array | null = null;
   readonly #rowSlot: Int32Array;
   readonly #picked: Int32Array;
   readonly #sampler = new Sampler();
@@ -189,18 +184,6 @@ export class DecodeLoop {
       calls: 0, retries: 0, slotTokens: 0, callsByRows: new Array<number>(slots + 1).fill(0), gatherNs: 0, headNs: 0, finalizeNs: 0,
       wallNs: 0, admissions: 0, finished: 0, failed: 0, maxRows: 0,
     };
-  }
-
-  /** The readback array's first n rows, or undefined where the head lends its logits. */
-  #logitsFor(n: number): Float32Array | undefined {
-    if (this.weights.device.hostVisible) return undefined;
-    const values = n * this.vocab;
-    if (this.#logits === null || this.#logits.length < values) {
-      // Doubling rows: a handful of allocations however the batch grows.
-      const rows = Math.min(this.slots, Math.max(n, 2 * ((this.#logits?.length ?? 0) / this.vocab)));
-      this.#logits = new Float32Array(rows * this.vocab);
-    }
-    return this.#logits.subarray(0, values);
   }
 
   /** The current step of the clock. */
@@ -288,7 +271,7 @@ export class DecodeLoop {
     let out = null;
     while (n > 0 && out === null) {
       try {
-        out = this.weights.lmHeadBatched(this.#prefixes[n - 1]!, n, this.#logitsFor(n));
+        out = this.weights.lmHeadBatched(this.#prefixes[n - 1]!, n);
       } catch (e) {
         if (!(e instanceof NonFiniteRowsError)) throw e;
         n = this.#dropRows(e.rows, n, step, e.message);
