@@ -350,6 +350,7 @@ fn matvec(s: *Session, held: *Held, input: u64, weight: u64, type_id: u32, outpu
         // Admission bounds hidden, so one row's bytes fit u32 (at most 4 bytes per value).
         .row_bytes = @intCast(formats.rowBytes(format.type, hidden).?),
         .chunks = @intCast(lanes.chunkCount(hidden)),
+        .input_flushed = @intFromBool(s.lastNormWrote(x, rows, hidden)),
     };
     try s.dispatch(.{ .matvec = .{ .input = x, .weight = w, .output = y, .params = p } });
 }

@@ -2,6 +2,7 @@
 test {
     _ = @import("root.zig");
     _ = @import("file_test.zig");
+    _ = @import("session_test.zig");
     _ = @import("numerics/formats.zig");
     _ = @import("numerics/math.zig");
     _ = @import("numerics/flush.zig");

@@ -102,6 +102,21 @@ pub const Session = struct {
         };
     }
 
+    /// Whether the last dispatch recorded (barriers aside) is an RMS norm that wrote `rows`
+    /// rows of `hidden` values at exactly `input`'s place: then every value a dispatch
+    /// recorded next reads there is past the dot-operand flush point (NUMERICS.md §7), since
+    /// nothing else runs between the two.
+    pub fn lastNormWrote(session: *const Session, input: *Buffer, rows: u32, hidden: u32) bool {
+        var i = session.commands.items.len;
+        while (i > 0) : (i -= 1) switch (session.commands.items[i - 1]) {
+            .barrier => {},
+            .rms_norm => |c| return c.output.root() == input.root() and c.output.offsetBytes() == input.offsetBytes() and
+                c.params.rows == rows and c.params.hidden == hidden,
+            else => return false,
+        };
+        return false;
+    }
+
     fn contains(list: []const *Buffer, b: *Buffer) bool {
         for (list) |x| if (x == b) return true;
         return false;

@@ -17,6 +17,7 @@ typedef struct {
     lmh_u32 type_id;
     lmh_u32 row_bytes;
     lmh_u32 chunks; // ceil(hidden / 256)
+    lmh_u32 input_flushed; // 1: the input is the norm's output, already past its flush point
 } lmh_matvec_params;
 
 typedef struct {
@@ -32,7 +33,7 @@ typedef struct {
 } lmh_count_non_finite_params;
 
 LMH_STATIC_ASSERT(sizeof(lmh_rms_norm_params) == 16, "RmsNorm is 16 bytes");
-LMH_STATIC_ASSERT(sizeof(lmh_matvec_params) == 24, "Matvec is 24 bytes");
+LMH_STATIC_ASSERT(sizeof(lmh_matvec_params) == 28, "Matvec is 28 bytes");
 LMH_STATIC_ASSERT(sizeof(lmh_softcap_params) == 16, "Softcap is 16 bytes");
 LMH_STATIC_ASSERT(sizeof(lmh_count_non_finite_params) == 12, "CountNonFinite is 12 bytes");
 // NVRTC has no offsetof (neither __builtin_offsetof nor <cstddef>), so the CUDA prelude
@@ -42,6 +43,7 @@ LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_rms_norm_params, eps) == 8, "RmsNorm.eps at 8
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_rms_norm_params, inv_hidden) == 12, "RmsNorm.inv_hidden at 12");
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_matvec_params, type_id) == 12, "Matvec.type_id at 12");
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_matvec_params, chunks) == 20, "Matvec.chunks at 20");
+LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_matvec_params, input_flushed) == 24, "Matvec.input_flushed at 24");
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_softcap_params, cap) == 8, "Softcap.cap at 8");
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_softcap_params, inv_cap) == 12, "Softcap.inv_cap at 12");
 LMH_STATIC_ASSERT(LMH_OFFSETOF(lmh_count_non_finite_params, row_values) == 4, "CountNonFinite.row_values at 4");

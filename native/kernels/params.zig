@@ -22,6 +22,10 @@ pub const Matvec = extern struct {
     row_bytes: u32,
     /// ceil(hidden / 256): the canonical chunks of one row.
     chunks: u32,
+    /// 1 when the input rows are the output of the RMS norm recorded just before (the
+    /// session knows): every value is already past the dot-operand flush point, so a GPU
+    /// kernel reads it as is. 0: the kernel flushes each value as it reads it.
+    input_flushed: u32 = 0,
 };
 
 /// data[i] = tanh(data[i]·inv_cap)·cap for the first `values` f32.
@@ -43,7 +47,7 @@ pub const CountNonFinite = extern struct {
 
 comptime {
     std.debug.assert(@sizeOf(RmsNorm) == 16);
-    std.debug.assert(@sizeOf(Matvec) == 24);
+    std.debug.assert(@sizeOf(Matvec) == 28);
     std.debug.assert(@sizeOf(Softcap) == 16 and @offsetOf(Softcap, "cap") == 8);
     std.debug.assert(@sizeOf(CountNonFinite) == 12);
 }

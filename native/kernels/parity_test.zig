@@ -147,6 +147,9 @@ pub const Outputs = struct {
     logits: []f32,
     capped: []f32,
     counts: []u32,
+    /// The matvec of the hidden rows themselves (no norm before it): the kernels flush
+    /// their input here, where after the norm they need not.
+    raw: []f32,
 
     fn init(allocator: std.mem.Allocator, hidden: u32, rows: usize) !Outputs {
         const y = try allocator.alignedAlloc(f32, .fromByteUnits(gpu_alignment), rows * hidden);
@@ -155,7 +158,9 @@ pub const Outputs = struct {
         errdefer allocator.free(logits);
         const capped = try allocator.alloc(f32, rows * vocab);
         errdefer allocator.free(capped);
-        return .{ .y = y, .logits = logits, .capped = capped, .counts = try allocator.alloc(u32, rows) };
+        const raw = try allocator.alloc(f32, rows * vocab);
+        errdefer allocator.free(raw);
+        return .{ .y = y, .logits = logits, .capped = capped, .counts = try allocator.alloc(u32, rows), .raw = raw };
     }
 
     pub fn deinit(o: Outputs, allocator: std.mem.Allocator) void {
@@ -163,6 +168,7 @@ pub const Outputs = struct {
         allocator.free(o.logits);
         allocator.free(o.capped);
         allocator.free(o.counts);
+        allocator.free(o.raw);
     }
 };
 
@@ -224,6 +230,10 @@ pub fn runDevice(kind: u32, allocator: std.mem.Allocator, case: *const Case, x: 
     try check(abi.lmh_session_finish(session));
     try download(logits_buf, std.mem.sliceAsBytes(out.capped));
     try download(counts_buf, std.mem.sliceAsBytes(out.counts));
+    try check(abi.lmh_session_begin(device, &session));
+    try check(abi.lmh_session_matvec(session, x_buf, w_buf, @intFromEnum(case.type), logits_buf, rows, case.hidden, vocab));
+    try check(abi.lmh_session_finish(session));
+    try download(logits_buf, std.mem.sliceAsBytes(out.raw));
     return out;
 }
 
@@ -245,10 +255,14 @@ fn runEmulator(comptime E: type, allocator: std.mem.Allocator, case: *const Case
         .type_id = @intFromEnum(case.type),
         .row_bytes = @intCast(formats.rowBytes(case.type, case.hidden).?),
         .chunks = @intCast(lanes.chunkCount(case.hidden)),
+        .input_flushed = 1, // the norm's output, as a session records it
     };
     var name: [32]u8 = undefined;
     const matvec_name = try std.fmt.bufPrint(&name, "matvec_{s}_f32", .{formats.format(@intFromEnum(case.type)).?.name});
     try E.dispatch(try E.kernel(matvec_name), &matvec, &.{ ptr(out.y), ptr(case.weights), ptr(out.logits) }, grid);
+    var raw = matvec;
+    raw.input_flushed = 0;
+    try E.dispatch(try E.kernel(matvec_name), &raw, &.{ ptr(x), ptr(case.weights), ptr(out.raw) }, grid);
     @memcpy(out.capped, out.logits);
     const softcap: params.Softcap = .{ .values = out.capped.len, .cap = case.cap, .inv_cap = 1.0 / case.cap };
     try E.dispatch(try E.kernel("softcap_f32"), &softcap, &.{ptr(out.capped)}, grid);
@@ -286,6 +300,7 @@ pub fn expectSameRows(what: []const u8, case: *const Case, expected: Outputs, ac
         try expectSameValues("y", expected.y[row * h ..][0..h], actual.y[slot * h ..][0..h]);
         try expectSameValues("logits", expected.logits[row * vocab ..][0..vocab], actual.logits[slot * vocab ..][0..vocab]);
         try expectSameValues("capped", expected.capped[row * vocab ..][0..vocab], actual.capped[slot * vocab ..][0..vocab]);
+        try expectSameValues("raw", expected.raw[row * vocab ..][0..vocab], actual.raw[slot * vocab ..][0..vocab]);
         try std.testing.expectEqual(expected.counts[row], actual.counts[slot]);
     }
 }

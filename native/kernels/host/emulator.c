@@ -298,6 +298,7 @@ static const lmh_layout_entry layout[] = {
     LMH_FIELD("Matvec", lmh_matvec_params, type_id),
     LMH_FIELD("Matvec", lmh_matvec_params, row_bytes),
     LMH_FIELD("Matvec", lmh_matvec_params, chunks),
+    LMH_FIELD("Matvec", lmh_matvec_params, input_flushed),
     LMH_SIZE("Softcap", lmh_softcap_params),
     LMH_FIELD("Softcap", lmh_softcap_params, values),
     LMH_FIELD("Softcap", lmh_softcap_params, cap),
