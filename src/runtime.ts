@@ -27,8 +27,8 @@ export interface BandwidthResult {
   passes: number;
   /** GB/s (1e9 bytes) with all of the device's threads: the reference a head is compared against. */
   gbs: number;
-  /** GB/s with one thread. */
-  oneThreadGbs: number;
+  /** GB/s with one thread (a CPU's); null on a GPU, whose probe is one kernel over the whole device. */
+  oneThreadGbs: number | null;
   threads: number;
   /** How it was measured, in words. */
   method: string;
@@ -114,7 +114,7 @@ export class MlxDevice implements Disposable {
       bytes,
       passes,
       gbs: out[0]! / 1e9,
-      oneThreadGbs: out[1]! / 1e9,
+      oneThreadGbs: this.kind === "cpu" ? out[1]! / 1e9 : null,
       threads: this.threads,
       method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with wide vector loads ${this.kind === "cpu" ? `on the device's ${this.threads} threads` : "by a kernel over the whole GPU"}, median of ${passes}`,
     };

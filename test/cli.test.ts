@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { synthBlocks, synthF32 } from "../src/artifact/synth.ts";
 import { meta, writeGguf } from "../src/artifact/writer.ts";
+import { bandwidthLine } from "../src/cli/decode.ts";
 import { ProgressBar } from "../src/cli/progress.ts";
 import { Rng } from "../src/random.ts";
 
@@ -78,6 +79,13 @@ describe("lmhead decode", () => {
     expect(out).toMatch(/% of read bw\s+\d+\.\d+%/);
     expect(out).toMatch(/verify\s+PASS slots=3: 5 requests/);
     expect(out).not.toContain("reference");
+  });
+
+  test("the bandwidth line names a CPU's threads and its one-thread figure, and a GPU's whole device", () => {
+    const cpu = { bytes: 2 ** 24, passes: 5, gbs: 20.5, oneThreadGbs: 9.25, threads: 2, method: "probe" };
+    expect(bandwidthLine(cpu)).toBe("read bandwidth     20.50 GB/s with 2 threads, the head's own (1 thread: 9.25); probe");
+    const gpu = { ...cpu, gbs: 4479, oneThreadGbs: null, threads: 1 };
+    expect(bandwidthLine(gpu)).toBe("read bandwidth     4479.00 GB/s over the whole GPU, the head's own; probe");
   });
 
   test("--verify --reference cpu: each request alone on a second device, named in the report", () => {

@@ -265,6 +265,13 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
 }
 
 /** The human report (stdout). */
+/** The report's read-bandwidth line: a CPU's over its threads and with one; a GPU's over the whole device. */
+export function bandwidthLine(b: BandwidthResult): string {
+  const over = b.oneThreadGbs === null ? "over the whole GPU" : `with ${b.threads} threads`;
+  const single = b.oneThreadGbs === null ? "" : ` (1 thread: ${fixed(b.oneThreadGbs, 2)})`;
+  return `read bandwidth     ${fixed(b.gbs, 2)} GB/s ${over}, the head's own${single}; ${b.method}`;
+}
+
 export function formatDecodeSummary(s: DecodeJobSummary): string {
   const m = s.model;
   const mb = (b: number) => `${(b / 1e6).toFixed(1)} MB`;
@@ -288,7 +295,7 @@ export function formatDecodeSummary(s: DecodeJobSummary): string {
   if (s.bandwidth) {
     const b = s.bandwidth;
     lines.push(
-      `read bandwidth     ${fixed(b.gbs, 2)} GB/s with ${b.threads} threads, the head's own (1 thread: ${fixed(b.oneThreadGbs, 2)}); ${b.method}`,
+      bandwidthLine(b),
       `% of read bw       ${fixed(s.percentOfBandwidth, 1)}%`,
     );
   } else {
