@@ -123,12 +123,18 @@ fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
 }
 /// Larger batches take a tile of 8 vocab rows 2 chunks at a time: the block is decoded
 /// into L1 (8 rows × 2 KiB) and swept there by every batch row, a group at a time, so only
-/// the inputs come from L2 (a group's 4 × 2 KiB, then reused by the tile's 4 pairs of
+/// the inputs come from L2 (a group's 4 × 2 KiB, then reused by each sweep of the tile's
 /// rows). Decoding whole rows before sweeping streamed both the tile and the inputs from
 /// L2, and the sweeps ran at 55–60% of the fma rate. Measured on a 2-core Xeon (AVX-512),
 /// vocab 262144 × hidden 2816: Q8_0 at N = 8 115 → 95 ms, F16 143 → 124 ms; N = 32 3–5%
 /// faster; blocks of 1, 3 or 4 chunks were slower at N = 8.
 const tile_rows_max = 8;
+/// Tile rows a sweep takes at once against a group of batch rows: 3 × 4 accumulators (24
+/// registers) with 512-bit vectors, where 2 × 4 loaded 12 vectors per 16 fmas and 3 × 4
+/// loads 14 per 24; measured on a 2-core Xeon (AVX-512), interleaved, vocab 262144: Q8_0
+/// and F16 at N = 8 and 32 2–5% faster (Q6_K too, at vocab 131072); a tile of 9 rows (3
+/// sweeps of 3) was no faster. Narrower vectors keep pairs.
+const tile_rows_per_sweep = if (elementwise_width >= 16) 3 else 2;
 const tile_block_chunks = 2;
 const tile_block_values = tile_block_chunks * lanes.chunk_values;
 /// Vocab rows a worker claims at a time: long enough to be a sequential stream.
@@ -207,8 +213,8 @@ inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
 /// prefetchers follow best) and decodes every chunk once, so the weights are read once
 /// per call whatever the batch size. A small batch takes each chunk from the decoder
 /// straight into its accumulators (two vocab rows side by side); a larger one takes a tile
-/// of 8 vocab rows a block of 2 chunks at a time, decoded into L1 and swept there by pairs
-/// of tile rows × groups of batch rows whose accumulators sit in registers. Each
+/// of 8 vocab rows a block of 2 chunks at a time, decoded into L1 and swept there by threes
+/// (or pairs) of tile rows × groups of batch rows whose accumulators sit in registers. Each
 /// accumulator sees its values in the canonical order: the tiling only decides when, never
 /// in which order, a lane adds.
 fn MatvecKernel(comptime t: formats.Type) type {
@@ -329,7 +335,7 @@ fn MatvecKernel(comptime t: formats.Type) type {
                     // Full groups, then one group of the rows left, so that every weight load serves them all.
                     const group = @min(rows_per_group, rows - r);
                     switch (group) {
-                        inline 1...rows_per_group => |g| job.pairs(g, decoded, accs, tile_rows, r, begin, end),
+                        inline 1...rows_per_group => |g| job.sweepGroup(g, decoded, accs, tile_rows, r, begin, end),
                         else => unreachable,
                     }
                     r += group;
@@ -340,31 +346,36 @@ fn MatvecKernel(comptime t: formats.Type) type {
             }
         }
 
-        inline fn pairs(job: *const Kernel, comptime group: usize, decoded: []const f32, accs: []Lanes, tile_rows: usize, first_row: usize, begin: usize, end: usize) void {
+        /// Every tile row against batch rows [first_row, +group), tile_rows_per_sweep at a time.
+        inline fn sweepGroup(job: *const Kernel, comptime group: usize, decoded: []const f32, accs: []Lanes, tile_rows: usize, first_row: usize, begin: usize, end: usize) void {
             var tr: usize = 0;
-            while (tr + 2 <= tile_rows) : (tr += 2) job.sweep(2, group, decoded, accs, tr, first_row, begin, end);
-            if (tr < tile_rows) job.sweep(1, group, decoded, accs, tr, first_row, begin, end);
+            while (tr + tile_rows_per_sweep <= tile_rows) : (tr += tile_rows_per_sweep) job.sweep(tile_rows_per_sweep, group, decoded, accs, tr, first_row, begin, end);
+            switch (tile_rows - tr) {
+                0 => {},
+                inline 1...tile_rows_per_sweep - 1 => |k| job.sweep(k, group, decoded, accs, tr, first_row, begin, end),
+                else => unreachable,
+            }
         }
 
-        /// Tile rows [first_t, +pair) against batch rows [first_row, +group), values [begin, end)
+        /// Tile rows [first_t, +count) against batch rows [first_row, +group), values [begin, end)
         /// (the decoded block holds each tile row's values from begin).
-        inline fn sweep(job: *const Kernel, comptime pair: usize, comptime group: usize, decoded: []const f32, accs: []Lanes, first_t: usize, first_row: usize, begin: usize, end: usize) void {
+        inline fn sweep(job: *const Kernel, comptime count: usize, comptime group: usize, decoded: []const f32, accs: []Lanes, first_t: usize, first_row: usize, begin: usize, end: usize) void {
             const rows = job.p.rows;
-            var acc: [pair][group]Lanes = undefined;
-            inline for (0..pair) |tr| inline for (0..group) |g| {
+            var acc: [count][group]Lanes = undefined;
+            inline for (0..count) |tr| inline for (0..group) |g| {
                 acc[tr][g] = accs[(first_t + tr) * rows + first_row + g];
             };
             var at = begin;
             while (at < end) : (at += lanes.lane_count) {
                 inline for (0..group) |g| {
                     const y: Lanes = job.inputs[(first_row + g) * job.row_values + at ..][0..lanes.lane_count].*;
-                    inline for (0..pair) |tr| {
+                    inline for (0..count) |tr| {
                         const w: Lanes = decoded[(first_t + tr) * tile_block_values + (at - begin) ..][0..lanes.lane_count].*;
                         acc[tr][g] = @mulAdd(Lanes, w, y, acc[tr][g]);
                     }
                 }
             }
-            inline for (0..pair) |tr| inline for (0..group) |g| {
+            inline for (0..count) |tr| inline for (0..group) |g| {
                 accs[(first_t + tr) * rows + first_row + g] = acc[tr][g];
             };
         }
