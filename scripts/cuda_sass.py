@@ -25,7 +25,7 @@ import sys
 import zipfile
 
 WHEELS = {  # pinned: name==version, and what each provides
-    "nvidia-cuda-nvrtc-cu12==12.9.86": "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+    "nvidia-cuda-nvrtc==13.0.88": "nvidia/cu13/lib/libnvrtc.so.13",  # the H200 machine's NVRTC is 13.0
     "nvidia-cuda-cuobjdump==13.5.37": "nvidia/cu13/bin/cuobjdump",
     "nvidia-cuda-nvdisasm==13.5.37": "nvidia/cu13/bin/nvdisasm",  # cuobjdump runs it
 }
