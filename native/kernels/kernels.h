@@ -790,10 +790,11 @@ LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_G
 
 // Whether a pass of `rows_per_pass` rows (a literal) reads the norm's output as it is when
 // it may (p.input_flushed, in rows read with 16-byte loads). Measured on an H200: from 4 rows
-// per pass for quantized types and from 8 for F16 and BF16 it took 4-13% off most calls of
-// N >= 4 (Q8_0 within 3% either way); for F32, and in passes of 1 and 2 rows, a second
-// variant of the chunk loop made NVRTC schedule the first one worse (F32 and BF16 at N = 2
-// 1.7 and 2.4 times slower), so those keep one.
+// per pass for quantized types and from 8 for F16 and BF16 it took up to 13% off calls of
+// N >= 4 (7-9% for most types at N = 4; Q8_0 at N = 8 and 16 2-3% slower, two others 1%
+// slower at one N). For F32, and in passes of 1 and 2 rows, a second variant of the chunk
+// loop made NVRTC schedule the first one worse (F32 and BF16 at N = 2 1.7 and 2.4 times
+// slower), so those keep one.
 LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
     if (type == LMH_TYPE_F32) return 0u;
     return rows_per_pass >= (lmh_dense(type) != 0u ? 8u : 4u) ? 1u : 0u;
