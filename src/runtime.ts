@@ -100,7 +100,8 @@ export class MlxDevice implements Disposable {
   /**
    * This machine's read bandwidth, measured in the same process as the figures it scales:
    * the median of `passes` reads of `bytes` (default 512 MiB, 16× a 32 MiB L3) on the device's
-   * own threads (a GPU's whole grid) with wide loads, as the head reads, and with one thread.
+   * own threads (a GPU's whole grid) with wide loads, as the head reads, and on a CPU with
+   * one thread.
    */
   readBandwidth(opts: { bytes?: number; passes?: number } = {}): BandwidthResult {
     const { min, max } = MlxDevice.probeBytes;

@@ -264,7 +264,6 @@ export async function runDecodeJob(o: DecodeJobOptions): Promise<DecodeJobSummar
   };
 }
 
-/** The human report (stdout). */
 /** The report's read-bandwidth line: a CPU's over its threads and with one; a GPU's over the whole device. */
 export function bandwidthLine(b: BandwidthResult): string {
   const over = b.oneThreadGbs === null ? "over the whole GPU" : `with ${b.threads} threads`;
@@ -272,6 +271,7 @@ export function bandwidthLine(b: BandwidthResult): string {
   return `read bandwidth     ${fixed(b.gbs, 2)} GB/s ${over}, the head's own${single}; ${b.method}`;
 }
 
+/** The human report (stdout). */
 export function formatDecodeSummary(s: DecodeJobSummary): string {
   const m = s.model;
   const mb = (b: number) => `${(b / 1e6).toFixed(1)} MB`;

@@ -149,8 +149,9 @@ inline fn emit(comptime E: type, lm: [4]@Vector(64, u8), scale: V32f, comptime m
     const addend = if (min_op == .sub) -min else min;
     const scales = [2]V16f{ half(f32, 16, scale, false), half(f32, 16, scale, true) };
     const addends = [2]V16f{ half(f32, 16, addend, false), half(f32, 16, addend, true) };
-    // Volatile, so LLVM cannot fold the store and the loads back into shuffles.
-    var spilled: [4]@Vector(64, u8) align(64) = lm;
+    // Stored only where the codes come back from L1; read there by volatile loads, so LLVM
+    // cannot fold the store and the loads back into shuffles.
+    var spilled: [4]@Vector(64, u8) align(64) = if (codes_through_l1) lm else undefined;
     const bytes: [*]u8 = @ptrCast(&spilled);
     // Codes 16k.. of the chunk: lanes 0-15 or 16-31 of step k / 2.
     inline for (0..16) |k| {
