@@ -10,11 +10,11 @@ root, after `zig build gpu-check`:
     python3 scripts/cuda_sass.py            # every head type
     python3 scripts/cuda_sass.py Q6_K Q4_K  # some
 
-It downloads the pinned NVRTC, cuobjdump and nvdisasm wheels from PyPI into .tools/cuda once, has
-`lmhead-gpu-check` compile the four modules (one per rows-per-pass size, exactly as the CUDA
-backend does) into a cache folder of its own, and disassembles them. Instructions per weight
-= the instructions of the loop over chunks in a full pass / (vocab rows per warp × 8 values
-per lane): what one lane issues per weight it decodes; at one row per pass an H200 stays at
+It downloads the pinned NVRTC, cuobjdump and nvdisasm wheels from PyPI into .tools/cuda once,
+has `lmhead-gpu-check` compile every module (one per rows-per-pass size and vocab-rows count,
+exactly as the CUDA backend does) into a cache folder of its own, and disassembles them.
+Instructions per weight = the instructions of the loop over chunks in a full pass / (vocab
+rows per warp × 8 values per lane): what one lane issues per weight it decodes; at one row per pass an H200 stays at
 its bandwidth floor only below about 4.5 (Q6_K) to 3 (Q4_K) (../shared/reference/gpu-probe.md).
 """
 import collections
@@ -52,7 +52,8 @@ def fetch():
 
 
 def compile_modules(nvrtc):
-    """The cubins of the four pass sizes, in the order lmhead-gpu-check compiles them."""
+    """The cubins of every module (a pass size and a vocab-rows count), in the order
+    lmhead-gpu-check compiles them, with the types each holds."""
     if not os.path.exists(CHECK):
         sys.exit(f"{CHECK} is missing: run `zig build gpu-check` first")
     os.makedirs(CACHE, exist_ok=True)
@@ -61,11 +62,16 @@ def compile_modules(nvrtc):
     env = dict(os.environ, LMHEAD_NVRTC=os.path.abspath(nvrtc), LMHEAD_CACHE=os.path.abspath(CACHE))
     out = subprocess.run([CHECK, "check"], env=env, capture_output=True, text=True)
     lines = [l for l in (out.stdout + out.stderr).splitlines() if "rows per pass" in l]
-    if len(lines) != 4:
-        sys.exit("lmhead-gpu-check did not compile the four modules:\n" + out.stdout + out.stderr)
+    if not lines:
+        sys.exit("lmhead-gpu-check compiled no module:\n" + out.stdout + out.stderr)
     cubins = sorted((os.path.join(CACHE, f) for f in os.listdir(CACHE) if f.endswith(".cubin")), key=os.path.getmtime)
-    # "..., 8 rows per pass, 8 vocab rows per warp (4 dense): ..." -> (rows, vocab rows, dense vocab rows)
-    shapes = [tuple(int(x) for x in re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp \((\d+) dense\)", l).groups()) for l in lines]
+    if len(cubins) != len(lines):
+        sys.exit(f"{len(lines)} modules compiled but {len(cubins)} in the cache")
+    # "..., 8 rows per pass, 6 vocab rows per warp (Q5_0 Q4_K): ..." -> (rows, vocab rows, types)
+    shapes = []
+    for l in lines:
+        m = re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp \(([\w ]+)\)", l)
+        shapes.append((int(m.group(1)), int(m.group(2)), m.group(3).split()))
     return list(zip(shapes, cubins))
 
 
@@ -108,11 +114,10 @@ def main():
     nvrtc, cuobjdump, _ = fetch()
     print("| type | rows per pass | vocab rows per warp | registers | spilled bytes | chunk loop instructions | per weight decoded | top operations |")
     print("|---|---|---|---|---|---|---|---|")
-    for (rows, quantized_rows, dense_rows), cubin in compile_modules(nvrtc):
+    for (rows, vocab_rows, held), cubin in compile_modules(nvrtc):
         usage = resources(cuobjdump, cubin)
-        for t in types:
+        for t in (t for t in types if t in held):
             function = f"matvec_{t}_f32"
-            vocab_rows = dense_rows if t in ("F32", "F16", "BF16") else quantized_rows
             registers, local = usage[function]
             body = chunk_loop(instructions(cuobjdump, cubin, function))
             ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in body)

@@ -21,12 +21,6 @@
 #ifndef LMH_ROWS_PER_PASS
 #define LMH_ROWS_PER_PASS 8u
 #endif
-// Vocab rows per simdgroup of the dense types (F32, F16, BF16), at most the others': their
-// chunks hold 2 to 4 times a quantized chunk's bytes, so fewer rows keep as many in flight.
-#ifndef LMH_DENSE_VOCAB_ROWS_PER_SIMDGROUP
-#define LMH_DENSE_VOCAB_ROWS_PER_SIMDGROUP LMH_VOCAB_ROWS_PER_SIMDGROUP
-#endif
-LMH_STATIC_ASSERT(LMH_DENSE_VOCAB_ROWS_PER_SIMDGROUP <= LMH_VOCAB_ROWS_PER_SIMDGROUP, "dense vocab rows: at most the others'");
 // Chunks per step of a pass's loop: with 2, a step's second chunk is loaded while the
 // first is computed (measured on an H200: a gain at 4 rows per pass, a loss at 1).
 #ifndef LMH_CHUNKS_PER_STEP
@@ -60,11 +54,6 @@ LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 1u || LMH_ROWS_PER_PASS == 2u || LMH_ROWS
 
 LMH_FN lmh_u32 lmh_dense(lmh_u32 type) {
     return type == LMH_TYPE_F32 || type == LMH_TYPE_F16 || type == LMH_TYPE_BF16;
-}
-
-// Vocab rows one simdgroup computes per pass, for `type` (a literal).
-LMH_FN lmh_u32 lmh_vocab_rows_of(lmh_u32 type) {
-    return lmh_dense(type) != 0u ? LMH_DENSE_VOCAB_ROWS_PER_SIMDGROUP : LMH_VOCAB_ROWS_PER_SIMDGROUP;
 }
 
 // Flush thresholds (numerics/flush.zig): 2^-40 for the operands of a dot product, 2^-125
@@ -762,10 +751,10 @@ typedef struct { LMH_GLOBAL const lmh_u8 *row[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } l
 LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
     lmh_u32 at = (c << 8) + (lane << 3);
     lmh_f8 wv[LMH_VOCAB_ROWS_PER_SIMDGROUP];
-    for (lmh_u32 m = 0u; m < lmh_vocab_rows_of(type); m++) wv[m] = lmh_decode(type, vocab.row[m], lane, p.hidden - (c << 8), load);
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) wv[m] = lmh_decode(type, vocab.row[m], lane, p.hidden - (c << 8), load);
     for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
         lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, load);
-        for (lmh_u32 m = 0u; m < lmh_vocab_rows_of(type); m++) {
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
             for (lmh_u32 i = 0u; i < 8u; i++) acc.v[m][r] = lmh_fma(wv[m].v[i], y.v[i], acc.v[m][r]);
         }
     }
@@ -781,7 +770,7 @@ LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_G
 #pragma unroll
         for (lmh_u32 k = 0u; k < LMH_CHUNKS_PER_STEP; k++) {
             acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, c + k, load, lane, acc);
-            for (lmh_u32 m = 0u; m < lmh_vocab_rows_of(type); m++) vocab.row[m] += lmh_chunk_bytes(type);
+            for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += lmh_chunk_bytes(type);
         }
     }
     if (LMH_CHUNKS_PER_STEP > 1u && c < chunks) acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, c, load, lane, acc);
@@ -800,7 +789,7 @@ LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
     return rows_per_pass >= (lmh_dense(type) != 0u ? 8u : 4u) ? 1u : 0u;
 }
 
-// One pass: vocab rows [first, +lmh_vocab_rows_of(type)) against activation rows
+// One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) against activation rows
 // [row0, +rows_per_pass), all of them present. The chunks every lane fills run without a
 // bounds test, with 16-byte loads where rows allow them (activation rows of a multiple of 4
 // values, and dense weight rows of a multiple of 16 bytes, start 16-byte aligned: checked
@@ -825,10 +814,10 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
     }
     lmh_u32 whole_chunks = p.hidden >> 8;
     if (whole_chunks < p.chunks && (whole_chunks << 8) + (lane << 3) < p.hidden) {
-        for (lmh_u32 m = 0u; m < lmh_vocab_rows_of(type); m++) vocab.row[m] += whole_chunks * lmh_chunk_bytes(type);
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += whole_chunks * lmh_chunk_bytes(type);
         acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, whole_chunks, LMH_LOAD_PARTIAL, lane, acc);
     }
-    for (lmh_u32 m = 0u; m < lmh_vocab_rows_of(type); m++) {
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
             float logit = lmh_butterfly(acc.v[m][r]);
             if (lane == 0u && first + m < p.vocab) out[(lmh_u64)(row0 + r) * p.vocab + first + m] = lmh_as_uint(logit);
@@ -840,8 +829,8 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
 // vocab row j of w, decoded as `type`. Rows go LMH_ROWS_PER_PASS at a time, the rest in
 // passes of halving size, so no pass computes a row that is not there.
 LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
-    lmh_u64 stride = (lmh_u64)simdgroups * lmh_vocab_rows_of(type);
-    for (lmh_u64 first = (lmh_u64)simdgroup * lmh_vocab_rows_of(type); first < p.vocab; first += stride) {
+    lmh_u64 stride = (lmh_u64)simdgroups * LMH_VOCAB_ROWS_PER_SIMDGROUP;
+    for (lmh_u64 first = (lmh_u64)simdgroup * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
         lmh_u32 row0 = 0u;
         for (; p.rows - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, x, w, out, first, row0, LMH_ROWS_PER_PASS, lane);
         if (LMH_ROWS_PER_PASS > 4u && p.rows - row0 >= 4u) {

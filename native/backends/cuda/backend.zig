@@ -17,50 +17,77 @@ const fail = status.fail;
 /// tuning macros of kernels.h are passed to NVRTC, so host and kernels agree.
 const warps_per_block = 4;
 const threads_per_block = 32 * warps_per_block;
-/// Activation rows one pass shares each decoded weight with: one module per size, so a
-/// call of N rows runs the kernel whose registers fit N (passIndex) and one row keeps the
-/// occupancy that bandwidth needs. A module is compiled when a call first needs it (the
-/// 8-row one takes NVRTC most of a minute), the 1-row one when the device opens.
+/// Activation rows one pass shares each decoded weight with: modules per size, so a call of
+/// N rows runs the kernel whose registers fit N (passIndex) and one row keeps the occupancy
+/// that bandwidth needs. A module is compiled when a call first needs it (the 8-row ones take
+/// NVRTC most of a minute together), the 1-row ones when the device opens.
 pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
-/// A module's tuning macros (kernels.h): vocab rows one warp computes, for quantized and for
-/// dense types (they share each activation load, and more of them keep more weight bytes in
-/// flight), and chunks per step of the chunk loop.
+/// A pass size's tuning: the macros of its modules (kernels.h, entries.cu). Vocab rows one
+/// warp computes (they share each activation load, and more of them keep more weight bytes in
+/// flight) may differ by type: each count gets a module of its own, holding the types that take
+/// it, so every kernel is compiled for its own tile (a tile sized for the most any type takes
+/// made some types' kernels slower than their own tile's, on an H200).
 pub const Tuning = struct {
     vocab_rows: u32,
-    dense_vocab_rows: u32,
+    /// Types whose vocab rows per warp differ from `vocab_rows`.
+    vocab_rows_of: []const struct { formats.Type, u32 } = &.{},
     chunks_per_step: u32,
     /// Blocks an SM must hold at once: NVRTC caps the matvec's registers to fit them (0: no cap).
     min_blocks: u32 = 0,
 
-    fn vocabRows(tuning: Tuning, type_id: u32) u32 {
-        const dense = formats.format(type_id).?.block_values == 1;
-        return if (dense) tuning.dense_vocab_rows else tuning.vocab_rows;
+    pub fn vocabRows(tuning: Tuning, type_id: u32) u32 {
+        for (tuning.vocab_rows_of) |o| if (@intFromEnum(o[0]) == type_id) return o[1];
+        return tuning.vocab_rows;
+    }
+
+    /// The head types that take `vocab_rows`, a bit per type id (entries.cu's
+    /// LMH_CUDA_MATVEC_TYPES); 0 if none does.
+    pub fn typesWith(tuning: Tuning, vocab_rows: u32) u32 {
+        var types: u32 = 0;
+        for (formats.all) |f| {
+            const id = @intFromEnum(f.type);
+            if (f.head and tuning.vocabRows(id) == vocab_rows) types |= @as(u32, 1) << @intCast(id);
+        }
+        return types;
     }
 };
 
-/// Per pass size, measured on an H200 against 4, 8 and 16 vocab rows and steps of 1 and 2
-/// chunks (bench/results/cuda-h200.md): at one row per pass 8 vocab rows suit quantized rows
-/// and 4 dense ones (8 left BF16 at half its floor, 4 cost Q8_0 a fifth); at 4 rows per pass
-/// steps of 2 chunks nearly doubled F32 and BF16. At 1 and 4 rows per pass, registers capped
-/// so that 4 blocks fit an SM (0, 3, 4, 6 and 8 measured) kept every type within a point or
-/// faster (N = 1: F32 86 → 99% and BF16 81 → 93% of the floor, Q4_K 24 → 31%; N = 4: F16 74 →
-/// 81%, Q6_K 24 → 28%); at 2 rows per pass the cap cost Q2_K as much as it gave Q8_0.
+/// Vocab rows per warp, at most (a tuning's, or a tuning run's override).
+pub const max_vocab_rows = 16;
+
+comptime {
+    for (formats.all) |f| std.debug.assert(@intFromEnum(f.type) < 32); // typesWith's bits
+    for (tunings) |t| {
+        std.debug.assert(t.vocab_rows >= 1 and t.vocab_rows <= max_vocab_rows);
+        for (t.vocab_rows_of) |o| std.debug.assert(o[1] >= 1 and o[1] <= max_vocab_rows);
+    }
+}
+
+/// Per pass size, measured on an H200 (bench/results/cuda-h200.md). Vocab rows per warp: 4, 8
+/// and 16 first; then 2, 4, 6 and 8 for every type in one sweep, where a type takes another
+/// count than its module's if that was at least 4% faster on average over the N the module
+/// runs and slower at none (at one row per pass 8 suit most quantized types and 4 dense ones;
+/// at 8 rows per pass 4 took 11-19% off BF16 and 6 took 6-15% off Q5_0 and Q4_K). At 4 rows
+/// per pass steps of 2 chunks nearly doubled F32 and BF16. At 1 and 4 rows per pass, registers
+/// capped so that 4 blocks fit an SM (0, 3, 4, 6 and 8 measured) kept every type within a
+/// point or faster (N = 1: F32 86 → 99% and BF16 81 → 93% of the floor, Q4_K 24 → 31%; N = 4:
+/// F16 74 → 81%, Q6_K 24 → 28%); at 2 rows per pass the cap cost Q2_K as much as it gave Q8_0.
 /// tuningsFromEnv applies a tuning run's overrides.
 pub const tunings = [pass_sizes.len]Tuning{
-    .{ .vocab_rows = 8, .dense_vocab_rows = 4, .chunks_per_step = 1, .min_blocks = 4 },
-    .{ .vocab_rows = 8, .dense_vocab_rows = 8, .chunks_per_step = 1 },
-    .{ .vocab_rows = 4, .dense_vocab_rows = 4, .chunks_per_step = 2, .min_blocks = 4 },
-    .{ .vocab_rows = 8, .dense_vocab_rows = 8, .chunks_per_step = 1 },
+    .{ .vocab_rows = 8, .vocab_rows_of = &.{ .{ .f32, 4 }, .{ .f16, 4 }, .{ .bf16, 4 }, .{ .q4_0, 4 }, .{ .q6_k, 4 }, .{ .q3_k, 6 }, .{ .q5_k, 6 } }, .chunks_per_step = 1, .min_blocks = 4 },
+    .{ .vocab_rows = 8, .vocab_rows_of = &.{ .{ .f16, 4 }, .{ .q8_0, 4 }, .{ .q3_k, 4 }, .{ .q4_0, 6 } }, .chunks_per_step = 1 },
+    .{ .vocab_rows = 4, .vocab_rows_of = &.{ .{ .q5_1, 6 }, .{ .q5_k, 6 } }, .chunks_per_step = 2, .min_blocks = 4 },
+    .{ .vocab_rows = 8, .vocab_rows_of = &.{ .{ .bf16, 4 }, .{ .iq4_xs, 4 }, .{ .q5_0, 6 }, .{ .q5_1, 6 }, .{ .q3_k, 6 }, .{ .q4_k, 6 } }, .chunks_per_step = 1 },
 };
 
 /// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every vocab row
 /// count, `LMHEAD_CUDA_MIN_BLOCKS` every module's blocks per SM.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
-    if (try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, 16)) |n| {
+    if (try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows)) |n| {
         for (&result) |*t| {
             t.vocab_rows = n;
-            t.dense_vocab_rows = n;
+            t.vocab_rows_of = &.{};
         }
     }
     if (try envCount("LMHEAD_CUDA_MIN_BLOCKS", 0, 16)) |n| {
@@ -83,12 +110,14 @@ fn passIndex(rows: u32) usize {
     return pass_sizes.len - 1;
 }
 
-/// The compiled module of pass size `pass` (from the cache, or NVRTC's now): the kernel source
-/// with its tuning macros for that pass size. Caller frees it with c_allocator.
-pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, tuning: Tuning) Error![]u8 {
+/// The compiled module of pass size `pass` for the types that take `vocab_rows` (from the
+/// cache, or NVRTC's now): the kernel source with its tuning macros. Caller frees it with
+/// c_allocator.
+pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, tuning: Tuning, vocab_rows: u32) Error![]u8 {
+    std.debug.assert(tuning.typesWith(vocab_rows) != 0);
     return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &.{
-        .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", tuning.vocab_rows },
-        .{ "LMH_DENSE_VOCAB_ROWS_PER_SIMDGROUP", tuning.dense_vocab_rows },
+        .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows },
+        .{ "LMH_CUDA_MATVEC_TYPES", tuning.typesWith(vocab_rows) },
         .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
         .{ "LMH_CHUNKS_PER_STEP", tuning.chunks_per_step },
         .{ "LMH_CUDA_BLOCK_THREADS", threads_per_block },
@@ -138,7 +167,8 @@ pub const Backend = struct {
     device: driver.Device,
     context: driver.Context,
     stream: driver.Stream = null,
-    modules: [pass_sizes.len]driver.Module = @splat(null),
+    /// By pass size, then vocab rows per warp (Tuning).
+    modules: [pass_sizes.len][max_vocab_rows + 1]driver.Module = @splat(@splat(null)),
     kernels: Kernels = undefined,
     /// Around each execute's launches, for the device time it reports.
     timing: [2]driver.Event = .{ null, null },
@@ -203,10 +233,10 @@ pub const Backend = struct {
         for (&backend.timing) |*e| try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
         backend.ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
         backend.tunings = try tuningsFromEnv();
-        try backend.loadModule(0);
-        // The kernels other than matvec are the same in every module: the first one's.
+        for (formats.all) |f| if (f.head) try backend.loadMatvec(0, @intFromEnum(f.type));
+        // The kernels other than matvec are the same in every module: the first type's.
         const k = &backend.kernels;
-        const first = backend.modules[0];
+        const first = backend.modules[0][backend.tunings[0].vocabRows(@intFromEnum(formats.all[0].type))];
         k.rms_norm = try backend.function(first, "rms_norm_f32");
         k.softcap = try backend.function(first, "softcap_f32");
         k.count_non_finite = try backend.function(first, "count_non_finite_f32");
@@ -215,19 +245,27 @@ pub const Backend = struct {
         k.probe_fma = try backend.function(first, "lmh_probe_fma");
     }
 
-    /// Compiles (or reads from the cache) and loads the module of pass size `pass`, and finds
-    /// its matvec entry points by the registry's names (entries.cu). The context is current.
-    fn loadModule(backend: *Backend, pass: usize) Error!void {
-        if (backend.modules[pass] != null) return;
-        const image = try compileModule(backend.nvrtc, backend.arch, backend.ftz, pass, backend.tunings[pass]);
+    /// Loads the module that holds the matvec of type `type_id` at pass size `pass`.
+    fn loadMatvec(backend: *Backend, pass: usize, type_id: u32) Error!void {
+        try backend.loadModule(pass, backend.tunings[pass].vocabRows(type_id));
+    }
+
+    /// Compiles (or reads from the cache) and loads the module of pass size `pass` and
+    /// `vocab_rows`, and finds the matvec entry points of its types by the registry's names
+    /// (entries.cu). The context is current.
+    fn loadModule(backend: *Backend, pass: usize, vocab_rows: u32) Error!void {
+        if (backend.modules[pass][vocab_rows] != null) return;
+        const tuning = backend.tunings[pass];
+        const image = try compileModule(backend.nvrtc, backend.arch, backend.ftz, pass, tuning, vocab_rows);
         defer std.heap.c_allocator.free(image);
         var m: driver.Module = null;
         try backend.cuda.check(backend.cuda.cuModuleLoadData(&m, image.ptr), "cuModuleLoadData");
         errdefer _ = backend.cuda.cuModuleUnload(m);
+        const types = tuning.typesWith(vocab_rows);
         inline for (formats.all, 0..) |f, t| {
-            if (f.head) backend.kernels.matvec[pass][t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
+            if ((types >> @intFromEnum(f.type)) & 1 != 0) backend.kernels.matvec[pass][t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
         }
-        backend.modules[pass] = m;
+        backend.modules[pass][vocab_rows] = m;
     }
 
     fn function(backend: *Backend, m: driver.Module, comptime entry: [:0]const u8) Error!driver.Function {
@@ -239,7 +277,7 @@ pub const Backend = struct {
     pub fn destroy(backend: *Backend) void {
         const cuda = backend.cuda;
         _ = cuda.cuCtxSetCurrent(backend.context);
-        for (backend.modules) |m| if (m != null) {
+        for (backend.modules) |by_rows| for (by_rows) |m| if (m != null) {
             _ = cuda.cuModuleUnload(m);
         };
         for (backend.timing) |e| if (e != null) {
@@ -353,7 +391,7 @@ pub const Backend = struct {
         const cuda = backend.cuda;
         // Modules a call needs first, so a compile never falls inside the timed launches.
         for (commands) |command| switch (command) {
-            .matvec => |c| try backend.loadModule(passIndex(c.params.rows)),
+            .matvec => |c| try backend.loadMatvec(passIndex(c.params.rows), c.params.type_id),
             else => {},
         };
         try cuda.check(cuda.cuEventRecord(backend.timing[0], backend.stream), "cuEventRecord");
@@ -372,8 +410,9 @@ pub const Backend = struct {
             .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
             .matvec => |c| {
                 const pass = passIndex(c.params.rows);
-                std.debug.assert(backend.modules[pass] != null); // loaded by execute
-                const grid = warpGrid(c.params.vocab, backend.tunings[pass].vocabRows(c.params.type_id));
+                const vocab_rows = backend.tunings[pass].vocabRows(c.params.type_id);
+                std.debug.assert(backend.modules[pass][vocab_rows] != null); // loaded by execute
+                const grid = warpGrid(c.params.vocab, vocab_rows);
                 try backend.launch(k.matvec[pass][formatIndex(c.params.type_id)], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
             .softcap => |c| {
@@ -487,4 +526,31 @@ fn warpGrid(items: u32, per_warp: u32) u32 {
 /// The device address of a buffer's first byte: its root allocation plus its offset.
 fn pointer(buffer: *contract.Buffer) driver.DevicePointer {
     return buffer.root().place.root.cuda.pointer + buffer.offsetBytes();
+}
+
+test "each pass size's modules hold every head type once, in the module of the type's vocab rows" {
+    for (tunings) |tuning| {
+        var held: u32 = 0;
+        for (1..max_vocab_rows + 1) |rows| {
+            const types = tuning.typesWith(@intCast(rows));
+            try std.testing.expectEqual(@as(u32, 0), held & types);
+            held |= types;
+        }
+        for (formats.all) |f| {
+            const id = @intFromEnum(f.type);
+            const bit = @as(u32, 1) << @intCast(id);
+            try std.testing.expectEqual(f.head, held & bit != 0);
+            if (f.head) try std.testing.expect(tuning.typesWith(tuning.vocabRows(id)) & bit != 0);
+        }
+    }
+}
+
+test "a type takes its own vocab rows where the tuning names it, else the module's" {
+    for (tunings) |tuning| for (formats.all) |f| {
+        var want = tuning.vocab_rows;
+        for (tuning.vocab_rows_of) |o| if (o[0] == f.type) {
+            want = o[1];
+        };
+        try std.testing.expectEqual(want, tuning.vocabRows(@intFromEnum(f.type)));
+    };
 }

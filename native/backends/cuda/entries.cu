@@ -41,9 +41,17 @@ extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const
 #define LMH_CUDA_MATVEC_BOUNDS
 #endif
 
+// The head types a module holds, a bit per type id: the backend compiles a module per pass size
+// and vocab-rows count, for the types that take that count. Another type's entry point only
+// traps, so it costs NVRTC nothing and a wrong lookup cannot pass unseen.
+#ifndef LMH_CUDA_MATVEC_TYPES
+#define LMH_CUDA_MATVEC_TYPES 0xFFFFFFFFu
+#endif
+
 #define LMH_CUDA_MATVEC(name, type)                                                                            \
     extern "C" __global__ void LMH_CUDA_MATVEC_BOUNDS                                                         \
     matvec_##name##_f32(lmh_matvec_params p, const lmh_u32 *x, const lmh_u8 *w, lmh_u32 *out) {               \
+        if (((LMH_CUDA_MATVEC_TYPES >> (type)) & 1u) == 0u) __trap();                                          \
         LMH_CUDA_IDS                                                                                           \
         lmh_matvec(p, type, x, w, out, simdgroup, simdgroups, lane);                                           \
     }

@@ -17,6 +17,7 @@ float __fmaf_rn(float a, float b, float c);
 float fabsf(float value);
 unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int selector);
 unsigned int __shfl_xor_sync(unsigned int members, unsigned int value, int lane_mask);
+[[noreturn]] void __trap(void);
 struct uint4 {
     unsigned int x, y, z, w;
 };
