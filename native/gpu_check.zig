@@ -399,21 +399,24 @@ fn compileOnly() void {
         std.process.exit(1);
     };
     for (cuda_backend.pass_sizes, tunings, 0..) |rows, tuning, pass| {
-        for (1..cuda_backend.max_vocab_rows + 1) |vocab_rows| {
-            const types = tuning.typesWith(@intCast(vocab_rows));
-            if (types == 0) continue;
+        var compiled: u32 = 0; // types whose module is done
+        for (formats.all) |f| {
+            const shape = tuning.shapeOf(@intFromEnum(f.type));
+            const types = tuning.typesWith(shape);
+            if (compiled & types != 0) continue;
+            compiled |= types;
             const start = seconds();
-            const image = cuda_backend.compileModule(&nvrtc.table, 90, false, pass, tuning, @intCast(vocab_rows)) catch {
+            const image = cuda_backend.compileModule(&nvrtc.table, 90, false, pass, tuning, shape) catch {
                 std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
                 std.process.exit(1);
             };
             defer std.heap.c_allocator.free(image);
             var names: [128]u8 = undefined;
             var used: usize = 0;
-            for (formats.all) |f| if ((types >> @intCast(@intFromEnum(f.type))) & 1 != 0) {
-                used += (std.fmt.bufPrint(names[used..], "{s}{s}", .{ if (used == 0) "" else " ", f.name }) catch unreachable).len;
+            for (formats.all) |g| if ((types >> @intCast(@intFromEnum(g.type))) & 1 != 0) {
+                used += (std.fmt.bufPrint(names[used..], "{s}{s}", .{ if (used == 0) "" else " ", g.name }) catch unreachable).len;
             };
-            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp ({s}): {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, vocab_rows, names[0..used], image.len, seconds() - start });
+            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM ({s}): {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, names[0..used], image.len, seconds() - start });
         }
     }
 }

@@ -11,7 +11,7 @@ root, after `zig build gpu-check`:
     python3 scripts/cuda_sass.py Q6_K Q4_K  # some
 
 It downloads the pinned NVRTC, cuobjdump and nvdisasm wheels from PyPI into .tools/cuda once,
-has `lmhead-gpu-check` compile every module (one per rows-per-pass size and vocab-rows count,
+has `lmhead-gpu-check` compile every module (one per rows-per-pass size and kernel shape,
 exactly as the CUDA backend does) into a cache folder of its own, and disassembles them.
 Instructions per weight = the instructions of the loop over chunks in a full pass / (vocab
 rows per warp × 8 values per lane): what one lane issues per weight it decodes; at one row per pass an H200 stays at
@@ -52,7 +52,7 @@ def fetch():
 
 
 def compile_modules(nvrtc):
-    """The cubins of every module (a pass size and a vocab-rows count), in the order
+    """The cubins of every module (a pass size and a kernel shape), in the order
     lmhead-gpu-check compiles them, with the types each holds."""
     if not os.path.exists(CHECK):
         sys.exit(f"{CHECK} is missing: run `zig build gpu-check` first")
@@ -67,10 +67,11 @@ def compile_modules(nvrtc):
     cubins = sorted((os.path.join(CACHE, f) for f in os.listdir(CACHE) if f.endswith(".cubin")), key=os.path.getmtime)
     if len(cubins) != len(lines):
         sys.exit(f"{len(lines)} modules compiled but {len(cubins)} in the cache")
-    # "..., 8 rows per pass, 6 vocab rows per warp (Q5_0 Q4_K): ..." -> (rows, vocab rows, types)
+    # "..., 8 rows per pass, 6 vocab rows per warp, 0 blocks per SM (Q5_0 Q4_K): ..."
+    # -> (rows, vocab rows, types)
     shapes = []
     for l in lines:
-        m = re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp \(([\w ]+)\)", l)
+        m = re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp, \d+ blocks per SM \(([\w ]+)\)", l)
         shapes.append((int(m.group(1)), int(m.group(2)), m.group(3).split()))
     return list(zip(shapes, cubins))
 

@@ -22,44 +22,55 @@ const threads_per_block = 32 * warps_per_block;
 /// that bandwidth needs. A module is compiled when a call first needs it (the 8-row ones take
 /// NVRTC most of a minute together), the 1-row ones when the device opens.
 pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
-/// A pass size's tuning: the macros of its modules (kernels.h, entries.cu). Vocab rows one
-/// warp computes (they share each activation load, and more of them keep more weight bytes in
-/// flight) may differ by type: each count gets a module of its own, holding the types that take
-/// it, so every kernel is compiled for its own tile (a tile sized for the most any type takes
-/// made some types' kernels slower than their own tile's, on an H200).
-pub const Tuning = struct {
+/// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
+/// rows one warp computes (they share each activation load, and more of them keep more weight
+/// bytes in flight), and blocks an SM must hold at once (NVRTC caps the registers to fit them;
+/// 0: no cap).
+pub const Shape = struct {
     vocab_rows: u32,
-    /// Types whose vocab rows per warp differ from `vocab_rows`.
-    vocab_rows_of: []const struct { formats.Type, u32 } = &.{},
-    chunks_per_step: u32,
-    /// Blocks an SM must hold at once: NVRTC caps the matvec's registers to fit them (0: no cap).
     min_blocks: u32 = 0,
+};
 
-    pub fn vocabRows(tuning: Tuning, type_id: u32) u32 {
-        for (tuning.vocab_rows_of) |o| if (@intFromEnum(o[0]) == type_id) return o[1];
-        return tuning.vocab_rows;
+/// A pass size's tuning. The best shape differs by type, so each shape gets a module of its
+/// own, holding the types that take it: every kernel is compiled for its own tile (a tile
+/// sized for the most vocab rows any type takes made some types' kernels slower than their
+/// own tile's, on an H200).
+pub const Tuning = struct {
+    shape: Shape,
+    /// Types whose shape differs from `shape`.
+    shape_of: []const struct { formats.Type, Shape } = &.{},
+    chunks_per_step: u32,
+    /// A tuning run's overrides of every type's shape (tuningsFromEnv).
+    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null } = .{},
+
+    pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
+        var shape = tuning.shape;
+        for (tuning.shape_of) |o| if (@intFromEnum(o[0]) == type_id) {
+            shape = o[1];
+        };
+        return .{ .vocab_rows = tuning.forced.vocab_rows orelse shape.vocab_rows, .min_blocks = tuning.forced.min_blocks orelse shape.min_blocks };
     }
 
-    /// The head types that take `vocab_rows`, a bit per type id (entries.cu's
-    /// LMH_CUDA_MATVEC_TYPES); 0 if none does.
-    pub fn typesWith(tuning: Tuning, vocab_rows: u32) u32 {
+    /// The head types of `shape`, a bit per type id (entries.cu's LMH_CUDA_MATVEC_TYPES); 0 if
+    /// none takes it.
+    pub fn typesWith(tuning: Tuning, shape: Shape) u32 {
         var types: u32 = 0;
         for (formats.all) |f| {
             const id = @intFromEnum(f.type);
-            if (f.head and tuning.vocabRows(id) == vocab_rows) types |= @as(u32, 1) << @intCast(id);
+            if (f.head and std.meta.eql(tuning.shapeOf(id), shape)) types |= @as(u32, 1) << @intCast(id);
         }
         return types;
     }
 };
 
 /// Vocab rows per warp, at most (a tuning's, or a tuning run's override).
-pub const max_vocab_rows = 16;
+const max_vocab_rows = 16;
 
 comptime {
     for (formats.all) |f| std.debug.assert(@intFromEnum(f.type) < 32); // typesWith's bits
     for (tunings) |t| {
-        std.debug.assert(t.vocab_rows >= 1 and t.vocab_rows <= max_vocab_rows);
-        for (t.vocab_rows_of) |o| std.debug.assert(o[1] >= 1 and o[1] <= max_vocab_rows);
+        std.debug.assert(t.shape.vocab_rows >= 1 and t.shape.vocab_rows <= max_vocab_rows);
+        for (t.shape_of) |o| std.debug.assert(o[1].vocab_rows >= 1 and o[1].vocab_rows <= max_vocab_rows);
     }
 }
 
@@ -67,32 +78,40 @@ comptime {
 /// and 16 first; then 2, 4, 6 and 8 for every type in one sweep, where a type takes another
 /// count than its module's if that was at least 4% faster on average over the N the module
 /// runs and slower at none (at one row per pass 8 suit most quantized types and 4 dense ones;
-/// at 8 rows per pass 4 took 11-19% off BF16 and 6 took 6-15% off Q5_0 and Q4_K). At 4 rows
-/// per pass steps of 2 chunks nearly doubled F32 and BF16. At 1 and 4 rows per pass, registers
-/// capped so that 4 blocks fit an SM (0, 3, 4, 6 and 8 measured) kept every type within a
-/// point or faster (N = 1: F32 86 → 99% and BF16 81 → 93% of the floor, Q4_K 24 → 31%; N = 4:
-/// F16 74 → 81%, Q6_K 24 → 28%); at 2 rows per pass the cap cost Q2_K as much as it gave Q8_0.
-/// tuningsFromEnv applies a tuning run's overrides.
+/// at 8 rows per pass 4 took 11-19% off BF16 and 6 took 6-15% off Q5_0 and Q4_K). Blocks per
+/// SM: at 1 and 4 rows per pass a cap of 4 (0, 3, 4, 6 and 8 measured) kept every type within
+/// a point or faster (N = 1: F32 86 → 99% and BF16 81 → 93% of the floor, Q4_K 24 → 31%;
+/// N = 4: F16 74 → 81%, Q6_K 24 → 28%); at 2 rows per pass no cap suits most types, 6 took
+/// 25% off Q3_K and 8% off Q8_0 and 4 took 10% off Q5_1 (the same rule). At 4 rows per pass
+/// steps of 2 chunks nearly doubled F32 and BF16.
 pub const tunings = [pass_sizes.len]Tuning{
-    .{ .vocab_rows = 8, .vocab_rows_of = &.{ .{ .f32, 4 }, .{ .f16, 4 }, .{ .bf16, 4 }, .{ .q4_0, 4 }, .{ .q6_k, 4 }, .{ .q3_k, 6 }, .{ .q5_k, 6 } }, .chunks_per_step = 1, .min_blocks = 4 },
-    .{ .vocab_rows = 8, .vocab_rows_of = &.{ .{ .f16, 4 }, .{ .q8_0, 4 }, .{ .q3_k, 4 }, .{ .q4_0, 6 } }, .chunks_per_step = 1 },
-    .{ .vocab_rows = 4, .vocab_rows_of = &.{ .{ .q5_1, 6 }, .{ .q5_k, 6 } }, .chunks_per_step = 2, .min_blocks = 4 },
-    .{ .vocab_rows = 8, .vocab_rows_of = &.{ .{ .bf16, 4 }, .{ .iq4_xs, 4 }, .{ .q5_0, 6 }, .{ .q5_1, 6 }, .{ .q3_k, 6 }, .{ .q4_k, 6 } }, .chunks_per_step = 1 },
+    .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .chunks_per_step = 1, .shape_of = &.{
+        .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },  .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
+        .{ .bf16, .{ .vocab_rows = 4, .min_blocks = 4 } }, .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4 } },
+        .{ .q6_k, .{ .vocab_rows = 4, .min_blocks = 4 } }, .{ .q3_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
+        .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
+    } },
+    .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
+        .{ .f16, .{ .vocab_rows = 4 } },                   .{ .q8_0, .{ .vocab_rows = 4, .min_blocks = 6 } },
+        .{ .q3_k, .{ .vocab_rows = 4, .min_blocks = 6 } }, .{ .q4_0, .{ .vocab_rows = 6 } },
+        .{ .q5_1, .{ .vocab_rows = 8, .min_blocks = 4 } },
+    } },
+    .{ .shape = .{ .vocab_rows = 4, .min_blocks = 4 }, .chunks_per_step = 2, .shape_of = &.{
+        .{ .q5_1, .{ .vocab_rows = 6, .min_blocks = 4 } }, .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
+    } },
+    .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
+        .{ .bf16, .{ .vocab_rows = 4 } }, .{ .iq4_xs, .{ .vocab_rows = 4 } }, .{ .q5_0, .{ .vocab_rows = 6 } },
+        .{ .q5_1, .{ .vocab_rows = 6 } }, .{ .q3_k, .{ .vocab_rows = 6 } },   .{ .q4_k, .{ .vocab_rows = 6 } },
+    } },
 };
 
-/// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every vocab row
-/// count, `LMHEAD_CUDA_MIN_BLOCKS` every module's blocks per SM.
+/// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every type's
+/// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
-    if (try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows)) |n| {
-        for (&result) |*t| {
-            t.vocab_rows = n;
-            t.vocab_rows_of = &.{};
-        }
-    }
-    if (try envCount("LMHEAD_CUDA_MIN_BLOCKS", 0, 16)) |n| {
-        for (&result) |*t| t.min_blocks = n;
-    }
+    const vocab_rows = try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows);
+    const min_blocks = try envCount("LMHEAD_CUDA_MIN_BLOCKS", 0, 16);
+    for (&result) |*t| t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks };
     return result;
 }
 
@@ -110,18 +129,17 @@ fn passIndex(rows: u32) usize {
     return pass_sizes.len - 1;
 }
 
-/// The compiled module of pass size `pass` for the types that take `vocab_rows` (from the
-/// cache, or NVRTC's now): the kernel source with its tuning macros. Caller frees it with
-/// c_allocator.
-pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, tuning: Tuning, vocab_rows: u32) Error![]u8 {
-    std.debug.assert(tuning.typesWith(vocab_rows) != 0);
+/// The compiled module of pass size `pass` for the types of `shape` (from the cache, or
+/// NVRTC's now): the kernel source with its tuning macros. Caller frees it with c_allocator.
+pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, tuning: Tuning, shape: Shape) Error![]u8 {
+    std.debug.assert(tuning.typesWith(shape) != 0);
     return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &.{
-        .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", vocab_rows },
-        .{ "LMH_CUDA_MATVEC_TYPES", tuning.typesWith(vocab_rows) },
+        .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", shape.vocab_rows },
+        .{ "LMH_CUDA_MATVEC_TYPES", tuning.typesWith(shape) },
         .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
         .{ "LMH_CHUNKS_PER_STEP", tuning.chunks_per_step },
         .{ "LMH_CUDA_BLOCK_THREADS", threads_per_block },
-        .{ "LMH_CUDA_MIN_BLOCKS", tuning.min_blocks },
+        .{ "LMH_CUDA_MIN_BLOCKS", shape.min_blocks },
     } });
 }
 /// Pinned staging for uploads: they alternate between two buffers so the host fills one
@@ -167,8 +185,9 @@ pub const Backend = struct {
     device: driver.Device,
     context: driver.Context,
     stream: driver.Stream = null,
-    /// By pass size, then vocab rows per warp (Tuning).
-    modules: [pass_sizes.len][max_vocab_rows + 1]driver.Module = @splat(@splat(null)),
+    /// By pass size, then the type's index in formats.all: the module holding the type's
+    /// matvec (one module serves every type of its shape).
+    modules: [pass_sizes.len][formats.all.len]driver.Module = @splat(@splat(null)),
     kernels: Kernels = undefined,
     /// Around each execute's launches, for the device time it reports.
     timing: [2]driver.Event = .{ null, null },
@@ -236,7 +255,7 @@ pub const Backend = struct {
         for (formats.all) |f| if (f.head) try backend.loadMatvec(0, @intFromEnum(f.type));
         // The kernels other than matvec are the same in every module: the first type's.
         const k = &backend.kernels;
-        const first = backend.modules[0][backend.tunings[0].vocabRows(@intFromEnum(formats.all[0].type))];
+        const first = backend.modules[0][0];
         k.rms_norm = try backend.function(first, "rms_norm_f32");
         k.softcap = try backend.function(first, "softcap_f32");
         k.count_non_finite = try backend.function(first, "count_non_finite_f32");
@@ -245,27 +264,25 @@ pub const Backend = struct {
         k.probe_fma = try backend.function(first, "lmh_probe_fma");
     }
 
-    /// Loads the module that holds the matvec of type `type_id` at pass size `pass`.
+    /// Compiles (or reads from the cache) and loads the module that holds the matvec of type
+    /// `type_id` at pass size `pass`, and finds the entry points of its types by the registry's
+    /// names (entries.cu). The context is current.
     fn loadMatvec(backend: *Backend, pass: usize, type_id: u32) Error!void {
-        try backend.loadModule(pass, backend.tunings[pass].vocabRows(type_id));
-    }
-
-    /// Compiles (or reads from the cache) and loads the module of pass size `pass` and
-    /// `vocab_rows`, and finds the matvec entry points of its types by the registry's names
-    /// (entries.cu). The context is current.
-    fn loadModule(backend: *Backend, pass: usize, vocab_rows: u32) Error!void {
-        if (backend.modules[pass][vocab_rows] != null) return;
+        if (backend.modules[pass][formatIndex(type_id)] != null) return;
         const tuning = backend.tunings[pass];
-        const image = try compileModule(backend.nvrtc, backend.arch, backend.ftz, pass, tuning, vocab_rows);
+        const shape = tuning.shapeOf(type_id);
+        const image = try compileModule(backend.nvrtc, backend.arch, backend.ftz, pass, tuning, shape);
         defer std.heap.c_allocator.free(image);
         var m: driver.Module = null;
         try backend.cuda.check(backend.cuda.cuModuleLoadData(&m, image.ptr), "cuModuleLoadData");
         errdefer _ = backend.cuda.cuModuleUnload(m);
-        const types = tuning.typesWith(vocab_rows);
+        const types = tuning.typesWith(shape);
         inline for (formats.all, 0..) |f, t| {
             if ((types >> @intFromEnum(f.type)) & 1 != 0) backend.kernels.matvec[pass][t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
         }
-        backend.modules[pass][vocab_rows] = m;
+        for (formats.all, 0..) |f, t| {
+            if ((types >> @intCast(@intFromEnum(f.type))) & 1 != 0) backend.modules[pass][t] = m;
+        }
     }
 
     fn function(backend: *Backend, m: driver.Module, comptime entry: [:0]const u8) Error!driver.Function {
@@ -277,8 +294,9 @@ pub const Backend = struct {
     pub fn destroy(backend: *Backend) void {
         const cuda = backend.cuda;
         _ = cuda.cuCtxSetCurrent(backend.context);
-        for (backend.modules) |by_rows| for (by_rows) |m| if (m != null) {
-            _ = cuda.cuModuleUnload(m);
+        for (backend.modules) |of_type| for (of_type, 0..) |m, t| {
+            // Each module once: at the first type that holds it.
+            if (m != null and std.mem.indexOfScalar(driver.Module, of_type[0..t], m) == null) _ = cuda.cuModuleUnload(m);
         };
         for (backend.timing) |e| if (e != null) {
             _ = cuda.cuEventDestroy_v2(e);
@@ -410,9 +428,8 @@ pub const Backend = struct {
             .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
             .matvec => |c| {
                 const pass = passIndex(c.params.rows);
-                const vocab_rows = backend.tunings[pass].vocabRows(c.params.type_id);
-                std.debug.assert(backend.modules[pass][vocab_rows] != null); // loaded by execute
-                const grid = warpGrid(c.params.vocab, vocab_rows);
+                std.debug.assert(backend.modules[pass][formatIndex(c.params.type_id)] != null); // loaded by execute
+                const grid = warpGrid(c.params.vocab, backend.tunings[pass].shapeOf(c.params.type_id).vocab_rows);
                 try backend.launch(k.matvec[pass][formatIndex(c.params.type_id)], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
             .softcap => |c| {
@@ -528,29 +545,33 @@ fn pointer(buffer: *contract.Buffer) driver.DevicePointer {
     return buffer.root().place.root.cuda.pointer + buffer.offsetBytes();
 }
 
-test "each pass size's modules hold every head type once, in the module of the type's vocab rows" {
+test "each pass size's modules hold every head type once, in the module of the type's shape" {
     for (tunings) |tuning| {
         var held: u32 = 0;
-        for (1..max_vocab_rows + 1) |rows| {
-            const types = tuning.typesWith(@intCast(rows));
-            try std.testing.expectEqual(@as(u32, 0), held & types);
-            held |= types;
-        }
         for (formats.all) |f| {
             const id = @intFromEnum(f.type);
-            const bit = @as(u32, 1) << @intCast(id);
-            try std.testing.expectEqual(f.head, held & bit != 0);
-            if (f.head) try std.testing.expect(tuning.typesWith(tuning.vocabRows(id)) & bit != 0);
+            const types = tuning.typesWith(tuning.shapeOf(id));
+            try std.testing.expect(types & (@as(u32, 1) << @intCast(id)) != 0);
+            // Another type's module is this one's or holds none of its types.
+            try std.testing.expect(held & types == 0 or held & types == types);
+            held |= types;
         }
     }
 }
 
-test "a type takes its own vocab rows where the tuning names it, else the module's" {
+test "a type takes its own shape where the tuning names it, else the pass size's; overrides win" {
+    var forced = tunings[1];
+    forced.forced = .{ .min_blocks = 3 };
     for (tunings) |tuning| for (formats.all) |f| {
-        var want = tuning.vocab_rows;
-        for (tuning.vocab_rows_of) |o| if (o[0] == f.type) {
+        var want = tuning.shape;
+        for (tuning.shape_of) |o| if (o[0] == f.type) {
             want = o[1];
         };
-        try std.testing.expectEqual(want, tuning.vocabRows(@intFromEnum(f.type)));
+        try std.testing.expectEqual(want, tuning.shapeOf(@intFromEnum(f.type)));
     };
+    for (formats.all) |f| {
+        const shape = forced.shapeOf(@intFromEnum(f.type));
+        try std.testing.expectEqual(@as(u32, 3), shape.min_blocks);
+        try std.testing.expectEqual(tunings[1].shapeOf(@intFromEnum(f.type)).vocab_rows, shape.vocab_rows);
+    }
 }
