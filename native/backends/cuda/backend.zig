@@ -81,9 +81,10 @@ comptime {
 /// at 8 rows per pass 4 took 11-19% off BF16 and 6 took 6-15% off Q5_0 and Q4_K). Blocks per
 /// SM: at 1 and 4 rows per pass a cap of 4 (0, 3, 4, 6 and 8 measured) kept every type within
 /// a point or faster (N = 1: F32 86 → 99% and BF16 81 → 93% of the floor, Q4_K 24 → 31%;
-/// N = 4: F16 74 → 81%, Q6_K 24 → 28%); at 2 rows per pass no cap suits most types, 6 took
-/// 25% off Q3_K and 8% off Q8_0 and 4 took 10% off Q5_1 (the same rule). At 4 rows per pass
-/// steps of 2 chunks nearly doubled F32 and BF16.
+/// N = 4: F16 74 → 81%, Q6_K 24 → 28%); at 2 rows per pass (0, 3, 4 and 6 measured, a type
+/// taking a cap if that was 4% faster) none suits most types, 6 took 25% off Q3_K and 8% off
+/// Q8_0 and 4 took 10% off Q5_1. At 4 rows per pass steps of 2 chunks nearly doubled F32 and
+/// BF16.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .chunks_per_step = 1, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },  .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
