@@ -5,7 +5,8 @@
 //! the read bandwidth and FMA rate measured in the same run. Without a usable GPU it prints
 //! why and exits 0, so CI machines skip it with a reason.
 //!
-//!   lmhead-gpu-check check   every type x N, realistic and adversarial inputs, --ftz both ways
+//!   lmhead-gpu-check check [TYPES]   every head type x N, or those listed (e.g. `Q3_K,Q8_0`),
+//!                            realistic and adversarial inputs, --ftz both ways
 //!   lmhead-gpu-check bench [TYPES [ROWS]]   ms per call, % of the floor, at vocab 262144 x hidden 2816,
 //!                            for every head type and N, or those listed (e.g. `Q6_K,F16 1,8`)
 const std = @import("std");
@@ -65,13 +66,13 @@ pub fn main(init: std.process.Init.Minimal) !void {
     try ok(lib.lmh_device_info(cuda, &info, &text, text.len, &len));
     std.debug.print("device: {s} (opened in {d:.1} s: the one-row kernels compiled or read from the cache, the others on first use)\n", .{ text[0..@min(len, text.len)], seconds() - open_start });
     if (std.mem.eql(u8, mode, "check")) {
-        try check(cuda);
+        try check(cuda, args.next() orelse "");
     } else if (std.mem.eql(u8, mode, "bench")) {
         const types = args.next() orelse "";
         const rows = args.next() orelse "";
         try bench(cuda, types, rows);
     } else {
-        std.debug.print("usage: lmhead-gpu-check check | bench [TYPE,... [N,...]]\n", .{});
+        std.debug.print("usage: lmhead-gpu-check check [TYPE,...] | bench [TYPE,... [N,...]]\n", .{});
         std.process.exit(2);
     }
 }
@@ -189,7 +190,7 @@ fn fillInputs(random: std.Random, x: []f32, hidden: usize) void {
     }
 }
 
-fn check(cuda: u64) !void {
+fn check(cuda: u64, types: []const u8) !void {
     var cpu: u64 = 0;
     try ok(lib.lmh_device_open(@intFromEnum(device_mod.Kind.cpu), &cpu));
     // The same kernels compiled with --ftz=true must give the same bytes.
@@ -201,7 +202,7 @@ fn check(cuda: u64) !void {
     var prng = std.Random.DefaultPrng.init(0x9e3779b97f4a7c15);
     const random = prng.random();
     for (formats.all) |f| {
-        if (!f.head) continue;
+        if (!f.head or !listed(types, f.name)) continue;
         const full = f.type == .q6_k or f.type == .q8_0 or f.type == .f16;
         const Shape = struct { hidden: u32, vocab: u32, weights: Weights };
         // Full Gemma shape or a smaller vocab; a second hidden size with a partial last chunk
