@@ -19,8 +19,8 @@ const warps_per_block = 4;
 const threads_per_block = 32 * warps_per_block;
 /// Activation rows one pass shares each decoded weight with: modules per size, so a call of
 /// N rows runs the kernel whose registers fit N (passIndex) and one row keeps the occupancy
-/// that bandwidth needs. A module is compiled when a call first needs it (the 8-row ones take
-/// NVRTC most of a minute together), the 1-row ones when the device opens.
+/// that bandwidth needs. A module is compiled when a call first needs it (an 8-row one takes
+/// NVRTC 14-33 s on 2 cores), the 1-row ones when the device opens.
 pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
 /// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
 /// rows one warp computes (they share each activation load, and more of them keep more weight
