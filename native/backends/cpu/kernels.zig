@@ -135,6 +135,14 @@ const tile_rows_max = 8;
 /// and F16 at N = 8 and 32 2–5% faster (Q6_K too, at vocab 131072); a tile of 9 rows (3
 /// sweeps of 3) was no faster. Narrower vectors keep pairs.
 const tile_rows_per_sweep = if (elementwise_width >= 16) 3 else 2;
+/// Lanes of the vectors a sweep holds its accumulators in. With 512-bit vectors, one
+/// register's width: as 32-lane vectors LLVM moved every accumulator to another register
+/// each step (about 30 moves and a spill per 24 fmas, in the disassembly); measured on a
+/// 2-core Xeon (AVX-512), interleaved, vocab 131072: N = 32 2.5-6% faster for Q8_0, F16, Q6_K
+/// and Q4_K, N = 8 within 1%. The AVX2 level was 8-20% slower at N = 32 with its own width
+/// and keeps 32 lanes.
+const sweep_width = if (elementwise_width >= 16) elementwise_width else lanes.lane_count;
+const SweepVector = @Vector(sweep_width, f32);
 const tile_block_chunks = 2;
 const tile_block_values = tile_block_chunks * lanes.chunk_values;
 /// Vocab rows a worker claims at a time: long enough to be a sequential stream.
@@ -361,25 +369,43 @@ fn MatvecKernel(comptime t: formats.Type) type {
         /// (the decoded block holds each tile row's values from begin).
         inline fn sweep(job: *const Kernel, comptime count: usize, comptime group: usize, decoded: []const f32, accs: []Lanes, first_t: usize, first_row: usize, begin: usize, end: usize) void {
             const rows = job.p.rows;
-            var acc: [count][group]Lanes = undefined;
-            inline for (0..count) |tr| inline for (0..group) |g| {
-                acc[tr][g] = accs[(first_t + tr) * rows + first_row + g];
+            const parts = lanes.lane_count / sweep_width;
+            var acc: [count][group][parts]SweepVector = undefined;
+            inline for (0..count) |tr| inline for (0..group) |g| inline for (0..parts) |q| {
+                acc[tr][g][q] = loadPart(accs, (first_t + tr) * rows + first_row + g, q);
             };
             var at = begin;
             while (at < end) : (at += lanes.lane_count) {
-                inline for (0..group) |g| {
-                    const y: Lanes = job.inputs[(first_row + g) * job.row_values + at ..][0..lanes.lane_count].*;
+                inline for (0..group) |g| inline for (0..parts) |q| {
+                    const y: SweepVector = job.inputs[(first_row + g) * job.row_values + at + q * sweep_width ..][0..sweep_width].*;
                     inline for (0..count) |tr| {
-                        const w: Lanes = decoded[(first_t + tr) * tile_block_values + (at - begin) ..][0..lanes.lane_count].*;
-                        acc[tr][g] = @mulAdd(Lanes, w, y, acc[tr][g]);
+                        const w: SweepVector = decoded[(first_t + tr) * tile_block_values + (at - begin) + q * sweep_width ..][0..sweep_width].*;
+                        acc[tr][g][q] = @mulAdd(SweepVector, w, y, acc[tr][g][q]);
                     }
-                }
+                };
             }
-            inline for (0..count) |tr| inline for (0..group) |g| {
-                accs[(first_t + tr) * rows + first_row + g] = acc[tr][g];
+            inline for (0..count) |tr| inline for (0..group) |g| inline for (0..parts) |q| {
+                storePart(accs, (first_t + tr) * rows + first_row + g, q, acc[tr][g][q]);
             };
         }
     };
+}
+
+/// Lanes [q·sweep_width, +sweep_width) of accumulator i (with one part, the accumulator
+/// itself, loaded as a vector: read as an array, the AVX2 level's F16 at N = 32 was 4% slower).
+inline fn loadPart(accs: []const Lanes, i: usize, comptime q: usize) SweepVector {
+    if (sweep_width == lanes.lane_count) return accs[i];
+    const all: *const [lanes.lane_count]f32 = @ptrCast(&accs[i]);
+    return all[q * sweep_width ..][0..sweep_width].*;
+}
+
+inline fn storePart(accs: []Lanes, i: usize, comptime q: usize, v: SweepVector) void {
+    if (sweep_width == lanes.lane_count) {
+        accs[i] = v;
+        return;
+    }
+    const all: *[lanes.lane_count]f32 = @ptrCast(&accs[i]);
+    all[q * sweep_width ..][0..sweep_width].* = v;
 }
 
 /// Requests `bytes` bytes from `start` into L2, a cache line at a time. A hint: it never faults.
