@@ -6,12 +6,7 @@ const status = @import("core/status.zig");
 /// The C ABI: root.zig's exported functions, called as a user of liblmhead would.
 const root = @import("root.zig");
 
-fn ok(rc: i32) !void {
-    if (rc != 0) {
-        std.debug.print("status {d}: {s}\n", .{ rc, status.message() });
-        return error.TestUnexpectedStatus;
-    }
-}
+const ok = @import("abi_testing.zig").ok;
 
 fn expectStatus(want: status.Status, rc: i32) !void {
     try std.testing.expectEqual(@intFromEnum(want), rc);

@@ -2,18 +2,12 @@
 //! the RMS norm that wrote its input reads values already past their flush point, and says
 //! so (`input_flushed`); every other input is flushed by the kernel as it reads it.
 const std = @import("std");
-const status = @import("core/status.zig");
 const session_mod = @import("core/session.zig");
 
 /// The C ABI: root.zig's exported functions, called as a user of liblmhead would.
 const root = @import("root.zig");
 
-fn ok(rc: i32) !void {
-    if (rc != 0) {
-        std.debug.print("status {d}: {s}\n", .{ rc, status.message() });
-        return error.TestUnexpectedStatus;
-    }
-}
+const ok = @import("abi_testing.zig").ok;
 
 fn alloc(device: u64, bytes: u64) !u64 {
     var buffer: u64 = 0;

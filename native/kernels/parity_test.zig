@@ -172,24 +172,18 @@ pub const Outputs = struct {
     }
 };
 
-fn check(rc: i32) !void {
-    if (rc == 0) return;
-    var message: [256]u8 = undefined;
-    const len = abi.lmh_last_error(&message, message.len);
-    std.debug.print("lmh_ call failed ({d}): {s}\n", .{ rc, message[0..@min(len, message.len)] });
-    return error.AbiCallFailed;
-}
+const ok = @import("../abi_testing.zig").ok;
 
 /// A CPU buffer holding `bytes`.
 fn upload(device: u64, bytes: []const u8) !u64 {
     var buffer: u64 = 0;
-    try check(abi.lmh_buffer_alloc(device, bytes.len, &buffer));
-    try check(abi.lmh_buffer_write(buffer, 0, bytes.ptr, bytes.len));
+    try ok(abi.lmh_buffer_alloc(device, bytes.len, &buffer));
+    try ok(abi.lmh_buffer_write(buffer, 0, bytes.ptr, bytes.len));
     return buffer;
 }
 
 fn download(buffer: u64, into: []u8) !void {
-    try check(abi.lmh_buffer_read(buffer, 0, into.ptr, into.len));
+    try ok(abi.lmh_buffer_read(buffer, 0, into.ptr, into.len));
 }
 
 fn runCpu(allocator: std.mem.Allocator, case: *const Case, x: []const f32) !Outputs {
@@ -203,7 +197,7 @@ pub fn runDevice(kind: u32, allocator: std.mem.Allocator, case: *const Case, x: 
     const out = try Outputs.init(allocator, case.hidden, rows);
     errdefer out.deinit(allocator);
     var device: u64 = 0;
-    try check(abi.lmh_device_open(kind, &device));
+    try ok(abi.lmh_device_open(kind, &device));
     defer _ = abi.lmh_device_close(device);
     const buffers: [6]u64 = .{
         try upload(device, std.mem.sliceAsBytes(x)),
@@ -218,21 +212,21 @@ pub fn runDevice(kind: u32, allocator: std.mem.Allocator, case: *const Case, x: 
     };
     const x_buf, const norm_buf, const w_buf, const y_buf, const logits_buf, const counts_buf = buffers;
     var session: u64 = 0;
-    try check(abi.lmh_session_begin(device, &session));
-    try check(abi.lmh_session_rms_norm(session, x_buf, norm_buf, y_buf, rows, case.hidden, case.eps));
-    try check(abi.lmh_session_matvec(session, y_buf, w_buf, @intFromEnum(case.type), logits_buf, rows, case.hidden, vocab));
-    try check(abi.lmh_session_finish(session));
+    try ok(abi.lmh_session_begin(device, &session));
+    try ok(abi.lmh_session_rms_norm(session, x_buf, norm_buf, y_buf, rows, case.hidden, case.eps));
+    try ok(abi.lmh_session_matvec(session, y_buf, w_buf, @intFromEnum(case.type), logits_buf, rows, case.hidden, vocab));
+    try ok(abi.lmh_session_finish(session));
     try download(y_buf, std.mem.sliceAsBytes(out.y));
     try download(logits_buf, std.mem.sliceAsBytes(out.logits));
-    try check(abi.lmh_session_begin(device, &session));
-    try check(abi.lmh_session_softcap(session, logits_buf, @as(u64, rows) * vocab, case.cap));
-    try check(abi.lmh_session_count_non_finite(session, logits_buf, counts_buf, rows, vocab));
-    try check(abi.lmh_session_finish(session));
+    try ok(abi.lmh_session_begin(device, &session));
+    try ok(abi.lmh_session_softcap(session, logits_buf, @as(u64, rows) * vocab, case.cap));
+    try ok(abi.lmh_session_count_non_finite(session, logits_buf, counts_buf, rows, vocab));
+    try ok(abi.lmh_session_finish(session));
     try download(logits_buf, std.mem.sliceAsBytes(out.capped));
     try download(counts_buf, std.mem.sliceAsBytes(out.counts));
-    try check(abi.lmh_session_begin(device, &session));
-    try check(abi.lmh_session_matvec(session, x_buf, w_buf, @intFromEnum(case.type), logits_buf, rows, case.hidden, vocab));
-    try check(abi.lmh_session_finish(session));
+    try ok(abi.lmh_session_begin(device, &session));
+    try ok(abi.lmh_session_matvec(session, x_buf, w_buf, @intFromEnum(case.type), logits_buf, rows, case.hidden, vocab));
+    try ok(abi.lmh_session_finish(session));
     try download(logits_buf, std.mem.sliceAsBytes(out.raw));
     return out;
 }
@@ -463,14 +457,14 @@ test "softcap with extreme caps and data: the emulator equals the CPU backend, w
 fn softcapCpu(data: []const f32, cap: f32) ![32 * vocab]f32 {
     var out: [32 * vocab]f32 = undefined;
     var device: u64 = 0;
-    try check(abi.lmh_device_open(0, &device));
+    try ok(abi.lmh_device_open(0, &device));
     defer _ = abi.lmh_device_close(device);
     const buffer = try upload(device, std.mem.sliceAsBytes(data));
     defer _ = abi.lmh_buffer_free(buffer);
     var session: u64 = 0;
-    try check(abi.lmh_session_begin(device, &session));
-    try check(abi.lmh_session_softcap(session, buffer, data.len, cap));
-    try check(abi.lmh_session_finish(session));
+    try ok(abi.lmh_session_begin(device, &session));
+    try ok(abi.lmh_session_softcap(session, buffer, data.len, cap));
+    try ok(abi.lmh_session_finish(session));
     try download(buffer, std.mem.sliceAsBytes(&out));
     return out;
 }

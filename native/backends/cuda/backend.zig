@@ -279,10 +279,10 @@ pub const Backend = struct {
         errdefer _ = backend.cuda.cuModuleUnload(m);
         const types = tuning.typesWith(shape);
         inline for (formats.all, 0..) |f, t| {
-            if ((types >> @intFromEnum(f.type)) & 1 != 0) backend.kernels.matvec[pass][t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
-        }
-        for (formats.all, 0..) |f, t| {
-            if ((types >> @intCast(@intFromEnum(f.type))) & 1 != 0) backend.modules[pass][t] = m;
+            if ((types >> @intFromEnum(f.type)) & 1 != 0) {
+                backend.kernels.matvec[pass][t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
+                backend.modules[pass][t] = m;
+            }
         }
     }
 

@@ -42,8 +42,9 @@ extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const
 #endif
 
 // The head types a module holds, a bit per type id: the backend compiles a module per pass size
-// and vocab-rows count, for the types that take that count. Another type's entry point only
-// traps, so it costs NVRTC nothing and a wrong lookup cannot pass unseen.
+// and kernel shape (vocab rows per warp, blocks per SM), for the types that take that shape.
+// Another type's entry point only traps, so it costs NVRTC nothing and a wrong lookup cannot
+// pass unseen.
 #ifndef LMH_CUDA_MATVEC_TYPES
 #define LMH_CUDA_MATVEC_TYPES 0xFFFFFFFFu
 #endif
