@@ -388,6 +388,22 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     std.debug.print("launch overhead: one head call (4 commands, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
 }
 
+/// A module as `<dir>/r<rows>-v<vocab rows>-b<blocks>.cubin`, for scripts/cuda_sass.py (the
+/// modules of a pass size compile together, so the cache's order of files says nothing).
+fn writeCubin(dir: []const u8, rows: u32, shape: cuda_backend.Shape, image: []const u8) void {
+    var path: [1024:0]u8 = undefined;
+    const name = std.mem.printSentinel(&path, "{s}/r{d}-v{d}-b{d}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks }, 0) catch return;
+    const file = std.c.fopen(name, "wb") orelse {
+        std.debug.print("FAIL: cannot write {s}\n", .{name});
+        std.process.exit(1);
+    };
+    const written = std.c.fwrite(image.ptr, 1, image.len, file);
+    if (std.c.fclose(file) != 0 or written != image.len) {
+        std.debug.print("FAIL: cannot write {s}\n", .{name});
+        std.process.exit(1);
+    }
+}
+
 /// Without a GPU, NVRTC alone (if it is found) still shows the kernel source compiles for
 /// an H100/H200 (sm_90), with the options the backend uses.
 fn compileOnly() void {
@@ -400,24 +416,27 @@ fn compileOnly() void {
         std.process.exit(1);
     };
     for (cuda_backend.pass_sizes, tunings, 0..) |rows, tuning, pass| {
-        var compiled: u32 = 0; // types whose module is done
-        for (formats.all) |f| {
-            const shape = tuning.shapeOf(@intFromEnum(f.type));
-            const types = tuning.typesWith(shape);
-            if (compiled & types != 0) continue;
-            compiled |= types;
-            const start = seconds();
-            const image = cuda_backend.compileModule(&nvrtc.table, 90, false, pass, tuning, shape) catch {
-                std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
-                std.process.exit(1);
-            };
+        // A pass size's modules at once, as the backend compiles the one-row ones at open.
+        var buffer: [formats.all.len]cuda_backend.Shape = undefined;
+        const shapes = cuda_backend.shapesOf(tuning, &buffer);
+        var images: [formats.all.len][]u8 = undefined;
+        const start = seconds();
+        cuda_backend.compileModules(&nvrtc.table, 90, false, pass, tuning, shapes, images[0..shapes.len]) catch {
+            std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
+            std.process.exit(1);
+        };
+        const elapsed = seconds() - start;
+        for (shapes, images[0..shapes.len]) |shape, image| {
             defer std.heap.c_allocator.free(image);
+            const types = tuning.typesWith(shape);
             var names: [128]u8 = undefined;
             var used: usize = 0;
             for (formats.all) |g| if ((types >> @intCast(@intFromEnum(g.type))) & 1 != 0) {
                 used += (std.fmt.bufPrint(names[used..], "{s}{s}", .{ if (used == 0) "" else " ", g.name }) catch unreachable).len;
             };
-            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM ({s}): {d} bytes in {d:.1} s (or from the cache)\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, names[0..used], image.len, seconds() - start });
+            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM ({s}): {d} bytes\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, names[0..used], image.len });
+            if (std.c.getenv("LMHEAD_CUBIN_DIR")) |dir| writeCubin(std.mem.span(dir), rows, shape, image);
         }
+        std.debug.print("{d} rows per pass: {d} modules in {d:.1} s, compiled together (or from the cache)\n", .{ rows, shapes.len, elapsed });
     }
 }

@@ -53,27 +53,29 @@ def fetch():
 
 def compile_modules(nvrtc):
     """The cubins of every module (a pass size and a kernel shape), in the order
-    lmhead-gpu-check compiles them, with the types each holds."""
+    lmhead-gpu-check reports them, with the types each holds."""
     if not os.path.exists(CHECK):
         sys.exit(f"{CHECK} is missing: run `zig build gpu-check` first")
-    os.makedirs(CACHE, exist_ok=True)
+    cubins = os.path.join(CACHE, "modules")
+    os.makedirs(cubins, exist_ok=True)
     for f in os.listdir(CACHE):
-        os.remove(os.path.join(CACHE, f))
-    env = dict(os.environ, LMHEAD_NVRTC=os.path.abspath(nvrtc), LMHEAD_CACHE=os.path.abspath(CACHE))
+        if os.path.isfile(os.path.join(CACHE, f)):
+            os.remove(os.path.join(CACHE, f))
+    for f in os.listdir(cubins):
+        os.remove(os.path.join(cubins, f))
+    env = dict(os.environ, LMHEAD_NVRTC=os.path.abspath(nvrtc), LMHEAD_CACHE=os.path.abspath(CACHE), LMHEAD_CUBIN_DIR=os.path.abspath(cubins))
     out = subprocess.run([CHECK, "check"], env=env, capture_output=True, text=True)
-    lines = [l for l in (out.stdout + out.stderr).splitlines() if "rows per pass" in l]
-    if not lines:
-        sys.exit("lmhead-gpu-check compiled no module:\n" + out.stdout + out.stderr)
-    cubins = sorted((os.path.join(CACHE, f) for f in os.listdir(CACHE) if f.endswith(".cubin")), key=os.path.getmtime)
-    if len(cubins) != len(lines):
-        sys.exit(f"{len(lines)} modules compiled but {len(cubins)} in the cache")
     # "..., 8 rows per pass, 6 vocab rows per warp, 0 blocks per SM (Q5_0 Q4_K): ..."
-    # -> (rows, vocab rows, types)
-    shapes = []
-    for l in lines:
-        m = re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp, \d+ blocks per SM \(([\w ]+)\)", l)
-        shapes.append((int(m.group(1)), int(m.group(2)), m.group(3).split()))
-    return list(zip(shapes, cubins))
+    # -> (rows, vocab rows, types), and the module lmhead-gpu-check wrote for it
+    modules = []
+    for l in (out.stdout + out.stderr).splitlines():
+        m = re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp, (\d+) blocks per SM \(([\w ]+)\)", l)
+        if m:
+            path = os.path.join(cubins, f"r{m.group(1)}-v{m.group(2)}-b{m.group(3)}.cubin")
+            modules.append(((int(m.group(1)), int(m.group(2)), m.group(4).split()), path))
+    if not modules or not all(os.path.exists(p) for _, p in modules):
+        sys.exit("lmhead-gpu-check compiled no module, or wrote not every one:\n" + out.stdout + out.stderr)
+    return modules
 
 
 def instructions(cuobjdump, cubin, function):

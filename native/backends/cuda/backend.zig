@@ -143,6 +143,64 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_CUDA_MIN_BLOCKS", shape.min_blocks },
     } });
 }
+
+/// The distinct shapes of a pass's head types, in formats.all's order.
+pub fn shapesOf(tuning: Tuning, out: *[formats.all.len]Shape) []const Shape {
+    var count: usize = 0;
+    for (formats.all) |f| if (f.head) {
+        const shape = tuning.shapeOf(@intFromEnum(f.type));
+        for (out[0..count]) |s| {
+            if (std.meta.eql(s, shape)) break;
+        } else {
+            out[count] = shape;
+            count += 1;
+        }
+    };
+    return out[0..count];
+}
+
+/// compileModule for each of `shapes` at once, a thread each: NVRTC (13.0) compiles separate
+/// programs in parallel, and a device's first open compiles every one-row module (with three,
+/// an H200 machine's first open took 7.1 s instead of 11.2). images[i] is shapes[i]'s; the
+/// caller frees them with c_allocator.
+pub fn compileModules(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, tuning: Tuning, shapes: []const Shape, images: [][]u8) Error!void {
+    std.debug.assert(shapes.len == images.len and shapes.len <= formats.all.len);
+    const Job = struct {
+        shape: Shape,
+        image: Error![]u8 = error.Backend,
+        // A failure's message, which status keeps per thread.
+        message: [256]u8 = undefined,
+        message_bytes: usize = 0,
+
+        fn run(job: *@This(), n: *const driver.Nvrtc, a: u32, f: bool, p: usize, t: Tuning) void {
+            job.image = compileModule(n, a, f, p, t, job.shape);
+            if (job.image) |_| {} else |_| {
+                job.message_bytes = @min(status.message().len, job.message.len);
+                @memcpy(job.message[0..job.message_bytes], status.message()[0..job.message_bytes]);
+            }
+        }
+    };
+    var jobs: [formats.all.len]Job = undefined;
+    var threads: [formats.all.len]?std.Thread = @splat(null);
+    for (shapes, 0..) |shape, i| {
+        jobs[i] = .{ .shape = shape };
+        // The last one, or any whose thread cannot start, on this thread.
+        if (i + 1 < shapes.len) threads[i] = std.Thread.spawn(.{}, Job.run, .{ &jobs[i], nvrtc, arch, ftz, pass, tuning }) catch null;
+        if (threads[i] == null) jobs[i].run(nvrtc, arch, ftz, pass, tuning);
+    }
+    for (threads[0..shapes.len]) |t| if (t) |thread| thread.join();
+    var failed: ?usize = null;
+    for (jobs[0..shapes.len], images, 0..) |job, *image, i| {
+        if (job.image) |bytes| image.* = bytes else |_| failed = failed orelse i;
+    }
+    if (failed) |i| {
+        for (jobs[0..shapes.len]) |job| if (job.image) |bytes| std.heap.c_allocator.free(bytes) else |_| {};
+        const job = &jobs[i];
+        const err = if (job.image) |_| unreachable else |e| e;
+        return fail(err, "{s}", .{job.message[0..job.message_bytes]});
+    }
+}
+
 /// Pinned staging for uploads: they alternate between two buffers so the host fills one
 /// while the other is copied.
 const staging_bytes = 16 << 20;
@@ -253,7 +311,7 @@ pub const Backend = struct {
         for (&backend.timing) |*e| try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
         backend.ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
         backend.tunings = try tuningsFromEnv();
-        for (formats.all) |f| if (f.head) try backend.loadMatvec(0, @intFromEnum(f.type));
+        try backend.loadOneRowModules();
         // The kernels other than matvec are the same in every module: the first type's.
         const k = &backend.kernels;
         const first = backend.modules[0][0];
@@ -265,25 +323,45 @@ pub const Backend = struct {
         k.probe_fma = try backend.function(first, "lmh_probe_fma");
     }
 
+    /// Every one-row module, compiled at once (or read from the cache): the device's first
+    /// call, of any type and N, needs one of them. The context is current.
+    fn loadOneRowModules(backend: *Backend) Error!void {
+        var buffer: [formats.all.len]Shape = undefined;
+        const shapes = shapesOf(backend.tunings[0], &buffer);
+        var images: [formats.all.len][]u8 = undefined;
+        try compileModules(backend.nvrtc, backend.arch, backend.ftz, 0, backend.tunings[0], shapes, images[0..shapes.len]);
+        defer for (images[0..shapes.len]) |image| std.heap.c_allocator.free(image);
+        for (shapes, images[0..shapes.len]) |shape, image| try backend.loadModule(0, shape, image);
+    }
+
     /// Compiles (or reads from the cache) and loads the module that holds the matvec of type
-    /// `type_id` at pass size `pass`, and finds the entry points of its types by the registry's
-    /// names (entries.cu). The context is current.
+    /// `type_id` at pass size `pass`. The context is current.
     fn loadMatvec(backend: *Backend, pass: usize, type_id: u32) Error!void {
         if (backend.modules[pass][formatIndex(type_id)] != null) return;
         const tuning = backend.tunings[pass];
         const shape = tuning.shapeOf(type_id);
         const image = try compileModule(backend.nvrtc, backend.arch, backend.ftz, pass, tuning, shape);
         defer std.heap.c_allocator.free(image);
+        try backend.loadModule(pass, shape, image);
+    }
+
+    /// Loads a compiled module of pass size `pass` and finds the entry points of its types
+    /// (those of `shape`) by the registry's names (entries.cu).
+    fn loadModule(backend: *Backend, pass: usize, shape: Shape, image: []const u8) Error!void {
+        const tuning = backend.tunings[pass];
         var m: driver.Module = null;
         try backend.cuda.check(backend.cuda.cuModuleLoadData(&m, image.ptr), "cuModuleLoadData");
         errdefer _ = backend.cuda.cuModuleUnload(m);
         const types = tuning.typesWith(shape);
+        var found: [formats.all.len]driver.Function = @splat(null);
         inline for (formats.all, 0..) |f, t| {
-            if ((types >> @intFromEnum(f.type)) & 1 != 0) {
-                backend.kernels.matvec[pass][t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
-                backend.modules[pass][t] = m;
-            }
+            if ((types >> @intFromEnum(f.type)) & 1 != 0) found[t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
         }
+        // Kept only once every entry point is found: a module unloaded on failure stays out.
+        for (formats.all, 0..) |f, t| if ((types >> @intCast(@intFromEnum(f.type))) & 1 != 0) {
+            backend.kernels.matvec[pass][t] = found[t];
+            backend.modules[pass][t] = m;
+        };
     }
 
     fn function(backend: *Backend, m: driver.Module, comptime entry: [:0]const u8) Error!driver.Function {
@@ -574,5 +652,20 @@ test "a type takes its own shape where the tuning names it, else the pass size's
         const shape = forced.shapeOf(@intFromEnum(f.type));
         try std.testing.expectEqual(@as(u32, 3), shape.min_blocks);
         try std.testing.expectEqual(tunings[1].shapeOf(@intFromEnum(f.type)).vocab_rows, shape.vocab_rows);
+    }
+}
+
+test "a pass size's shapes are its modules: each once, together holding every head type" {
+    for (tunings) |tuning| {
+        var buffer: [formats.all.len]Shape = undefined;
+        const shapes = shapesOf(tuning, &buffer);
+        var held: u32 = 0;
+        for (shapes, 0..) |shape, i| {
+            for (shapes[0..i]) |earlier| try std.testing.expect(!std.meta.eql(earlier, shape));
+            const types = tuning.typesWith(shape);
+            try std.testing.expect(types != 0 and held & types == 0);
+            held |= types;
+        }
+        for (formats.all) |f| if (f.head) try std.testing.expect((held >> @intCast(@intFromEnum(f.type))) & 1 != 0);
     }
 }
