@@ -83,14 +83,16 @@ comptime {
 /// a point or faster (N = 1: F32 86 → 99% and BF16 81 → 93% of the floor, Q4_K 24 → 31%;
 /// N = 4: F16 74 → 81%, Q6_K 24 → 28%); at 2 rows per pass (0, 3, 4 and 6 measured, a type
 /// taking a cap if that was 4% faster) none suits most types, 6 took 25% off Q3_K and 8% off
-/// Q8_0 and 4 took 10% off Q5_1. At 4 rows per pass steps of 2 chunks nearly doubled F32 and
+/// Q8_0 and 4 took 10% off Q5_1. A later sweep of 0, 2, 3, 4, 6 and 8 for every type at N = 1,
+/// 2, 4 and 8 found three more caps 4% faster or more: 6 for Q8_0 at one row per pass, 2 for
+/// Q5_0 at 4, 3 for Q4_0 at 8. At 4 rows per pass steps of 2 chunks nearly doubled F32 and
 /// BF16.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .chunks_per_step = 1, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },  .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
         .{ .bf16, .{ .vocab_rows = 4, .min_blocks = 4 } }, .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4 } },
         .{ .q6_k, .{ .vocab_rows = 4, .min_blocks = 4 } }, .{ .q3_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
-        .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
+        .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } }, .{ .q8_0, .{ .vocab_rows = 8, .min_blocks = 6 } },
     } },
     .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
         .{ .f16, .{ .vocab_rows = 4 } },                   .{ .q8_0, .{ .vocab_rows = 4, .min_blocks = 6 } },
@@ -99,10 +101,12 @@ pub const tunings = [pass_sizes.len]Tuning{
     } },
     .{ .shape = .{ .vocab_rows = 4, .min_blocks = 4 }, .chunks_per_step = 2, .shape_of = &.{
         .{ .q5_1, .{ .vocab_rows = 6, .min_blocks = 4 } }, .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
+        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2 } },
     } },
     .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
         .{ .bf16, .{ .vocab_rows = 4 } }, .{ .iq4_xs, .{ .vocab_rows = 4 } }, .{ .q5_0, .{ .vocab_rows = 6 } },
         .{ .q5_1, .{ .vocab_rows = 6 } }, .{ .q3_k, .{ .vocab_rows = 6 } },   .{ .q4_k, .{ .vocab_rows = 6 } },
+        .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } },
     } },
 };
 
