@@ -121,14 +121,19 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
     return if (group == 1 and (t == .f32 or t == .q4_0 or t == .q4_k)) 1 else 2;
 }
-/// Larger batches take a tile of 8 vocab rows 2 chunks at a time: the block is decoded
-/// into L1 (8 rows × 2 KiB) and swept there by every batch row, a group at a time, so only
-/// the inputs come from L2 (a group's 4 × 2 KiB, then reused by each sweep of the tile's
-/// rows). Decoding whole rows before sweeping streamed both the tile and the inputs from
-/// L2, and the sweeps ran at 55–60% of the fma rate. Measured on a 2-core Xeon (AVX-512),
-/// vocab 262144 × hidden 2816: Q8_0 at N = 8 115 → 95 ms, F16 143 → 124 ms; N = 32 3–5%
-/// faster; blocks of 1, 3 or 4 chunks were slower at N = 8.
-const tile_rows_max = 8;
+/// Larger batches take a tile of vocab rows 2 chunks at a time: the block is decoded into
+/// L1 (2 KiB a row) and swept there by every batch row, a group at a time, so only the
+/// inputs come from L2 (a group's 4 × 2 KiB, then reused by each sweep of the tile's rows).
+/// Decoding whole rows before sweeping streamed both the tile and the inputs from L2, and
+/// the sweeps ran at 55–60% of the fma rate. Measured on a 2-core Xeon (AVX-512), vocab
+/// 262144 × hidden 2816, a tile of 8 rows: Q8_0 at N = 8 115 → 95 ms, F16 143 → 124 ms; N =
+/// 32 3–5% faster; blocks of 1, 3 or 4 chunks were slower at N = 8. With 512-bit vectors the
+/// tile is 6 rows, two sweeps of 3 (8 was 3 + 3 + 2, and at N = 32 its accumulators alone
+/// filled 32 KiB of the 48 KiB L1): interleaved, vocab 131072, N = 5 to 64, Q8_0 5–9%,
+/// F16 3–8%, BF16 1–11%, Q2_K 1–4% faster, Q4_K and Q6_K 0–5% at N ≥ 8 (Q6_K N = 5 4%
+/// slower); blocks of 3 or 4 chunks were slower than 2 again. The AVX2 level keeps 8 (6 was
+/// 2–5% slower for F16 and Q8_0).
+const tile_rows_max = if (elementwise_width >= 16) 6 else 8;
 /// Tile rows a sweep takes at once against a group of batch rows: 3 × 4 accumulators (24
 /// registers) with 512-bit vectors, where 2 × 4 loaded 12 vectors per 16 fmas and 3 × 4
 /// loads 14 per 24; measured on a 2-core Xeon (AVX-512), interleaved, vocab 262144: Q8_0
@@ -221,8 +226,8 @@ inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
 /// prefetchers follow best) and decodes every chunk once, so the weights are read once
 /// per call whatever the batch size. A small batch takes each chunk from the decoder
 /// straight into its accumulators (two vocab rows side by side); a larger one takes a tile
-/// of 8 vocab rows a block of 2 chunks at a time, decoded into L1 and swept there by threes
-/// (or pairs) of tile rows × groups of batch rows whose accumulators sit in registers. Each
+/// of 6 (or 8) vocab rows a block of 2 chunks at a time, decoded into L1 and swept there by
+/// threes (or pairs) of tile rows × groups of batch rows whose accumulators sit in registers. Each
 /// accumulator sees its values in the canonical order: the tiling only decides when, never
 /// in which order, a lane adds.
 fn MatvecKernel(comptime t: formats.Type) type {
