@@ -392,14 +392,12 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
 /// modules of a pass size compile together, so the cache's order of files says nothing).
 fn writeCubin(dir: []const u8, rows: u32, shape: cuda_backend.Shape, image: []const u8) void {
     var path: [1024:0]u8 = undefined;
-    const name = std.mem.printSentinel(&path, "{s}/r{d}-v{d}-b{d}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks }, 0) catch return;
-    const file = std.c.fopen(name, "wb") orelse {
-        std.debug.print("FAIL: cannot write {s}\n", .{name});
-        std.process.exit(1);
-    };
-    const written = std.c.fwrite(image.ptr, 1, image.len, file);
-    if (std.c.fclose(file) != 0 or written != image.len) {
-        std.debug.print("FAIL: cannot write {s}\n", .{name});
+    const name: [:0]const u8 = std.mem.printSentinel(&path, "{s}/r{d}-v{d}-b{d}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks }, 0) catch "";
+    const file = if (name.len > 0) std.c.fopen(name, "wb") else null;
+    const written = if (file) |f| std.c.fwrite(image.ptr, 1, image.len, f) else 0;
+    const closed = if (file) |f| std.c.fclose(f) == 0 else false;
+    if (!closed or written != image.len) {
+        std.debug.print("FAIL: cannot write the module of {d} rows per pass, {d} vocab rows, {d} blocks into {s}\n", .{ rows, shape.vocab_rows, shape.min_blocks, dir });
         std.process.exit(1);
     }
 }

@@ -170,14 +170,19 @@ pub fn shapesOf(tuning: Tuning, out: *[formats.all.len]Shape) []const Shape {
 pub fn compileModules(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, tuning: Tuning, shapes: []const Shape, images: [][]u8) Error!void {
     std.debug.assert(shapes.len == images.len and shapes.len <= formats.all.len);
     const Job = struct {
+        nvrtc: *const driver.Nvrtc,
+        arch: u32,
+        ftz: bool,
+        pass: usize,
+        tuning: Tuning,
         shape: Shape,
         image: Error![]u8 = error.Backend,
         // A failure's message, which status keeps per thread.
         message: [256]u8 = undefined,
         message_bytes: usize = 0,
 
-        fn run(job: *@This(), n: *const driver.Nvrtc, a: u32, f: bool, p: usize, t: Tuning) void {
-            job.image = compileModule(n, a, f, p, t, job.shape);
+        fn run(job: *@This()) void {
+            job.image = compileModule(job.nvrtc, job.arch, job.ftz, job.pass, job.tuning, job.shape);
             if (job.image) |_| {} else |_| {
                 job.message_bytes = @min(status.message().len, job.message.len);
                 @memcpy(job.message[0..job.message_bytes], status.message()[0..job.message_bytes]);
@@ -187,10 +192,10 @@ pub fn compileModules(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: us
     var jobs: [formats.all.len]Job = undefined;
     var threads: [formats.all.len]?std.Thread = @splat(null);
     for (shapes, 0..) |shape, i| {
-        jobs[i] = .{ .shape = shape };
+        jobs[i] = .{ .nvrtc = nvrtc, .arch = arch, .ftz = ftz, .pass = pass, .tuning = tuning, .shape = shape };
         // The last one, or any whose thread cannot start, on this thread.
-        if (i + 1 < shapes.len) threads[i] = std.Thread.spawn(.{}, Job.run, .{ &jobs[i], nvrtc, arch, ftz, pass, tuning }) catch null;
-        if (threads[i] == null) jobs[i].run(nvrtc, arch, ftz, pass, tuning);
+        if (i + 1 < shapes.len) threads[i] = std.Thread.spawn(.{}, Job.run, .{&jobs[i]}) catch null;
+        if (threads[i] == null) jobs[i].run();
     }
     for (threads[0..shapes.len]) |t| if (t) |thread| thread.join();
     var failed: ?usize = null;
