@@ -12,7 +12,8 @@ root, after `zig build gpu-check`:
 
 It downloads the pinned NVRTC, cuobjdump and nvdisasm wheels from PyPI into .tools/cuda once,
 has `lmhead-gpu-check` compile every module (one per rows-per-pass size and kernel shape,
-exactly as the CUDA backend does) into a cache folder of its own, and disassembles them.
+exactly as the CUDA backend does) and write each to a folder of its own (LMHEAD_CUBIN_DIR),
+and disassembles them.
 Instructions per weight = the instructions of the loop over chunks in a full pass / (vocab
 rows per warp × 8 values per lane): what one lane issues per weight it decodes; at one row per pass an H200 stays at
 its bandwidth floor only below about 4.5 (Q6_K) to 3 (Q4_K) (../shared/reference/gpu-probe.md).
