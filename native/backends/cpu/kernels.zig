@@ -227,9 +227,9 @@ inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
 /// per call whatever the batch size. A small batch takes each chunk from the decoder
 /// straight into its accumulators (two vocab rows side by side); a larger one takes a tile
 /// of 6 (or 8) vocab rows a block of 2 chunks at a time, decoded into L1 and swept there by
-/// threes (or pairs) of tile rows × groups of batch rows whose accumulators sit in registers. Each
-/// accumulator sees its values in the canonical order: the tiling only decides when, never
-/// in which order, a lane adds.
+/// threes (or pairs) of tile rows × groups of batch rows whose accumulators sit in
+/// registers. Each accumulator sees its values in the canonical order: the tiling only
+/// decides when, never in which order, a lane adds.
 fn MatvecKernel(comptime t: formats.Type) type {
     return struct {
         const Kernel = @This();

@@ -65,12 +65,18 @@ pub const Tuning = struct {
 
 /// Vocab rows per warp, at most (a tuning's, or a tuning run's override).
 const max_vocab_rows = 16;
+/// Blocks per SM a kernel may ask for, at most: an SM holds 2048 threads.
+const max_min_blocks = 2048 / threads_per_block;
+
+fn validShape(shape: Shape) bool {
+    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks;
+}
 
 comptime {
     for (formats.all) |f| std.debug.assert(@intFromEnum(f.type) < 32); // typesWith's bits
     for (tunings) |t| {
-        std.debug.assert(t.shape.vocab_rows >= 1 and t.shape.vocab_rows <= max_vocab_rows);
-        for (t.shape_of) |o| std.debug.assert(o[1].vocab_rows >= 1 and o[1].vocab_rows <= max_vocab_rows);
+        std.debug.assert(validShape(t.shape));
+        for (t.shape_of) |o| std.debug.assert(validShape(o[1]));
     }
 }
 
@@ -115,7 +121,7 @@ pub const tunings = [pass_sizes.len]Tuning{
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
     const vocab_rows = try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows);
-    const min_blocks = try envCount("LMHEAD_CUDA_MIN_BLOCKS", 0, 16);
+    const min_blocks = try envCount("LMHEAD_CUDA_MIN_BLOCKS", 0, max_min_blocks);
     for (&result) |*t| t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks };
     return result;
 }
