@@ -91,7 +91,7 @@ fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
     const flags = [_][]const u8{ "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas" };
     const source = b.path("native/kernels/host/emulator.c");
     module.addCSourceFile(.{ .file = source, .flags = &flags });
-    const retuned = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_retuned", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_ROWS_PER_PASS=4u", "-DLMH_CHUNKS_PER_STEP=2u" };
+    const retuned = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_retuned", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_ROWS_PER_PASS=4u", "-DLMH_CHUNKS_PER_STEP=2u", "-DLMH_PREFETCH_ROWS=1u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ retuned) });
 }
 

@@ -4,7 +4,7 @@
 //! buffer pointers in the kernel's binding order, and the grid. Linked into the tests only.
 const std = @import("std");
 
-pub const Error = error{ UnknownKernel, BadParams, BadBuffers, BadGrid, DivergentShuffle, OutOfMemory };
+pub const Error = error{ UnknownKernel, BadParams, BadBuffers, BadGrid, DivergentShuffle, OutOfMemory, BadPrefetch };
 
 /// A 1-D grid, as Metal's dispatchThreadgroups takes it: `threadgroups` groups of
 /// `threads` threads (a multiple of 32, the simdgroup width).
@@ -46,6 +46,7 @@ pub fn Emulator(comptime prefix: []const u8) type {
                 4 => error.BadGrid,
                 5 => error.DivergentShuffle,
                 6 => error.OutOfMemory,
+                7 => error.BadPrefetch,
                 else => unreachable,
             };
         }
@@ -75,7 +76,8 @@ pub fn Emulator(comptime prefix: []const u8) type {
 
 /// The source's default tuning (LMH_VOCAB_ROWS_PER_SIMDGROUP, LMH_ROWS_PER_PASS).
 pub const default = Emulator("lmh_emulator");
-/// Another tuning: 3 vocab rows per simdgroup, 4 rows per pass (Metal's rows per pass), steps of 2 chunks.
+/// Another tuning: 3 vocab rows per simdgroup, 4 rows per pass (Metal's rows per pass), steps of 2 chunks,
+/// and each simdgroup's rows prefetched (every address checked to lie in the weights).
 pub const retuned = Emulator("lmh_emulator_retuned");
 
 // ---------------------------------------------------------------------------------------

@@ -28,6 +28,12 @@
 #endif
 LMH_STATIC_ASSERT(LMH_CHUNKS_PER_STEP == 1u || LMH_CHUNKS_PER_STEP == 2u, "chunks per step: 1 or 2");
 LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 1u || LMH_ROWS_PER_PASS == 2u || LMH_ROWS_PER_PASS == 4u || LMH_ROWS_PER_PASS == 8u, "rows per pass: 1, 2, 4 or 8");
+// Whether a simdgroup asks for all of its vocab rows' bytes before it reads any, through a
+// prelude's LMH_PREFETCH: a hint that changes no value (CUDA: a prefetch into L2), which puts
+// weight bytes in flight without registers to hold them.
+#ifndef LMH_PREFETCH_ROWS
+#define LMH_PREFETCH_ROWS 0u
+#endif
 
 // ggml type ids (numerics/formats.zig Type).
 #define LMH_TYPE_F32 0u
@@ -740,6 +746,17 @@ LMH_FN void lmh_rms_norm(lmh_rms_norm_params p, LMH_GLOBAL const lmh_u32 *x, LMH
     }
 }
 
+// The hint LMH_PREFETCH for every 128-byte line of [p, p + bytes), bytes > 0, a line per lane.
+LMH_FN void lmh_prefetch_bytes(LMH_GLOBAL const lmh_u8 *p, lmh_u64 bytes, lmh_u32 lane) {
+#ifdef LMH_PREFETCH
+    for (lmh_u64 at = (lmh_u64)lane << 7; at < bytes + 127u; at += 32u << 7) LMH_PREFETCH(p + (at < bytes ? at : bytes - 1u));
+#else
+    (void)p;
+    (void)bytes;
+    (void)lane;
+#endif
+}
+
 // A pass's accumulators, and the vocab rows it reads (a vocab row past the end is read as
 // the last one and never stored, so no branch stands between a chunk's loads).
 typedef struct { float v[LMH_VOCAB_ROWS_PER_SIMDGROUP][LMH_ROWS_PER_PASS]; } lmh_tile;
@@ -831,6 +848,10 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
 LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
     lmh_u64 stride = (lmh_u64)simdgroups * LMH_VOCAB_ROWS_PER_SIMDGROUP;
     for (lmh_u64 first = (lmh_u64)simdgroup * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
+        if (LMH_PREFETCH_ROWS != 0u) {
+            lmh_u64 rows = p.vocab - first < LMH_VOCAB_ROWS_PER_SIMDGROUP ? p.vocab - first : LMH_VOCAB_ROWS_PER_SIMDGROUP;
+            lmh_prefetch_bytes(w + first * p.row_bytes, rows * p.row_bytes, lane);
+        }
         lmh_u32 row0 = 0u;
         for (; p.rows - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, x, w, out, first, row0, LMH_ROWS_PER_PASS, lane);
         if (LMH_ROWS_PER_PASS > 4u && p.rows - row0 >= 4u) {

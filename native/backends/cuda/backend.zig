@@ -24,11 +24,12 @@ const threads_per_block = 32 * warps_per_block;
 pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
 /// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
 /// rows one warp computes (they share each activation load, and more of them keep more weight
-/// bytes in flight), and blocks an SM must hold at once (NVRTC caps the registers to fit them;
-/// 0: no cap).
+/// bytes in flight), blocks an SM must hold at once (NVRTC caps the registers to fit them;
+/// 0: no cap), and whether a warp first asks for all its rows' bytes (a prefetch into L2).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
+    prefetch: bool = false,
 };
 
 /// A pass size's tuning. The best shape differs by type, so each shape gets a module of its
@@ -41,14 +42,18 @@ pub const Tuning = struct {
     shape_of: []const struct { formats.Type, Shape } = &.{},
     chunks_per_step: u32,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
-    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null } = .{},
+    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null } = .{},
 
     pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
         var shape = tuning.shape;
         for (tuning.shape_of) |o| if (@intFromEnum(o[0]) == type_id) {
             shape = o[1];
         };
-        return .{ .vocab_rows = tuning.forced.vocab_rows orelse shape.vocab_rows, .min_blocks = tuning.forced.min_blocks orelse shape.min_blocks };
+        return .{
+            .vocab_rows = tuning.forced.vocab_rows orelse shape.vocab_rows,
+            .min_blocks = tuning.forced.min_blocks orelse shape.min_blocks,
+            .prefetch = tuning.forced.prefetch orelse shape.prefetch,
+        };
     }
 
     /// The head types of `shape`, a bit per type id (entries.cu's LMH_CUDA_MATVEC_TYPES); 0 if
@@ -92,37 +97,44 @@ comptime {
 /// Q8_0 and 4 took 10% off Q5_1. A later sweep of 0, 2, 3, 4, 6 and 8 for every type at N = 1,
 /// 2, 4 and 8 found three more caps 4% faster or more: 6 for Q8_0 at one row per pass, 2 for
 /// Q5_0 at 4, 3 for Q4_0 at 8. At 4 rows per pass steps of 2 chunks nearly doubled F32 and
-/// BF16.
+/// BF16. Prefetching a warp's rows into L2 (kernels.h), measured for every type at N = 1, 2, 4
+/// and 8: a type prefetches where that was 4% faster or more in two runs and slower at no N
+/// (Q6_K N = 1 8-9%, Q4_0 N = 2 and 4 6-8%, Q2_K N = 8 8-10%); it made dense types up to 50%
+/// slower (their rows' bytes crowd L2), and prefetching 1, 2 or 4 chunks ahead instead of the
+/// whole rows was 4% faster for no type.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .chunks_per_step = 1, .shape_of = &.{
-        .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },  .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
-        .{ .bf16, .{ .vocab_rows = 4, .min_blocks = 4 } }, .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4 } },
-        .{ .q6_k, .{ .vocab_rows = 4, .min_blocks = 4 } }, .{ .q3_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
-        .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } }, .{ .q8_0, .{ .vocab_rows = 8, .min_blocks = 6 } },
+        .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                    .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
+        .{ .bf16, .{ .vocab_rows = 4, .min_blocks = 4 } },                   .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4 } },
+        .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } },                   .{ .q8_0, .{ .vocab_rows = 8, .min_blocks = 6 } },
+        .{ .q6_k, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true } }, .{ .q3_k, .{ .vocab_rows = 6, .min_blocks = 4, .prefetch = true } },
     } },
     .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
-        .{ .f16, .{ .vocab_rows = 4 } },                   .{ .q8_0, .{ .vocab_rows = 4, .min_blocks = 6 } },
-        .{ .q3_k, .{ .vocab_rows = 4, .min_blocks = 6 } }, .{ .q4_0, .{ .vocab_rows = 6 } },
-        .{ .q5_1, .{ .vocab_rows = 8, .min_blocks = 4 } },
+        .{ .f16, .{ .vocab_rows = 4 } },                    .{ .q8_0, .{ .vocab_rows = 4, .min_blocks = 6 } },
+        .{ .q3_k, .{ .vocab_rows = 4, .min_blocks = 6 } },  .{ .q5_1, .{ .vocab_rows = 8, .min_blocks = 4 } },
+        .{ .q4_0, .{ .vocab_rows = 6, .prefetch = true } }, .{ .q5_0, .{ .vocab_rows = 8, .prefetch = true } },
+        .{ .q5_k, .{ .vocab_rows = 8, .prefetch = true } },
     } },
     .{ .shape = .{ .vocab_rows = 4, .min_blocks = 4 }, .chunks_per_step = 2, .shape_of = &.{
         .{ .q5_1, .{ .vocab_rows = 6, .min_blocks = 4 } }, .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
-        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2 } },
+        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2 } }, .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true } },
     } },
     .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
-        .{ .bf16, .{ .vocab_rows = 4 } }, .{ .iq4_xs, .{ .vocab_rows = 4 } }, .{ .q5_0, .{ .vocab_rows = 6 } },
-        .{ .q5_1, .{ .vocab_rows = 6 } }, .{ .q3_k, .{ .vocab_rows = 6 } },   .{ .q4_k, .{ .vocab_rows = 6 } },
-        .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } },
+        .{ .bf16, .{ .vocab_rows = 4 } },                  .{ .iq4_xs, .{ .vocab_rows = 4 } },                 .{ .q5_0, .{ .vocab_rows = 6 } },
+        .{ .q5_1, .{ .vocab_rows = 6 } },                  .{ .q3_k, .{ .vocab_rows = 6 } },                   .{ .q4_k, .{ .vocab_rows = 6 } },
+        .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } }, .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true } },
     } },
 };
 
 /// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every type's
-/// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM.
+/// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM and
+/// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
     const vocab_rows = try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows);
     const min_blocks = try envCount("LMHEAD_CUDA_MIN_BLOCKS", 0, max_min_blocks);
-    for (&result) |*t| t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks };
+    const prefetch = try envCount("LMHEAD_CUDA_PREFETCH", 0, 1);
+    for (&result) |*t| t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null };
     return result;
 }
 
@@ -151,6 +163,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_CHUNKS_PER_STEP", tuning.chunks_per_step },
         .{ "LMH_CUDA_BLOCK_THREADS", threads_per_block },
         .{ "LMH_CUDA_MIN_BLOCKS", shape.min_blocks },
+        .{ "LMH_PREFETCH_ROWS", @intFromBool(shape.prefetch) },
     } });
 }
 
@@ -666,7 +679,7 @@ test "each pass size's modules hold every head type once, in the module of the t
 
 test "a type takes its own shape where the tuning names it, else the pass size's; overrides win" {
     var forced = tunings[1];
-    forced.forced = .{ .min_blocks = 3 };
+    forced.forced = .{ .min_blocks = 3, .prefetch = true };
     for (tunings) |tuning| for (formats.all) |f| {
         var want = tuning.shape;
         for (tuning.shape_of) |o| if (o[0] == f.type) {
@@ -677,6 +690,7 @@ test "a type takes its own shape where the tuning names it, else the pass size's
     for (formats.all) |f| {
         const shape = forced.shapeOf(@intFromEnum(f.type));
         try std.testing.expectEqual(@as(u32, 3), shape.min_blocks);
+        try std.testing.expect(shape.prefetch);
         try std.testing.expectEqual(tunings[1].shapeOf(@intFromEnum(f.type)).vocab_rows, shape.vocab_rows);
     }
 }

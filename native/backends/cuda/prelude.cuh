@@ -57,6 +57,9 @@ LMH_FN float lmh_cuda_f16_to_f32(lmh_u32 h) {
 #define LMH_F16_TO_F32 lmh_cuda_f16_to_f32
 #endif
 
+// kernels.h's prefetch hint: the 128-byte line holding p into L2 (a hint: no value changes).
+#define LMH_PREFETCH(p) asm volatile("prefetch.L2 [%0];" : : "l"(p))
+
 // Aligned little-endian loads from a byte buffer: p is even for lmh_load16 and a multiple
 // of 4 for lmh_load32 (kernels.h says why each address is).
 LMH_FN lmh_u32 lmh_load16(const lmh_u8 *p) {

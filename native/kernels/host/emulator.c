@@ -20,6 +20,12 @@
 
 #include "prelude.h"
 #include "../params.h"
+
+// kernels.h's prefetch hint, checked: a GPU ignores an address outside the weights, so only
+// here can one show; it fails the dispatch.
+static void lmh_emulator_prefetch(const lmh_u8 *p);
+#define LMH_PREFETCH(p) lmh_emulator_prefetch(p)
+
 #include "../kernels.h"
 
 #ifndef LMH_EMULATOR
@@ -38,6 +44,7 @@ enum {
     dispatch_bad_grid = 4,
     dispatch_divergent = 5,
     dispatch_out_of_memory = 6,
+    dispatch_bad_prefetch = 7,
 };
 
 enum { lane_count = 32, lane_stack_bytes = 64 * 1024, no_type = 0xFFFFFFFFu };
@@ -72,10 +79,16 @@ static void run_sum_segments(const void *params, void *const *buffers, lmh_u32 s
     lmh_sum_segments(p, (const lmh_u32 *)buffers[0], (lmh_u32 *)buffers[1], simdgroup, simdgroups, lane);
 }
 
+// The running matvec's weights, [first, end): where a prefetch may point.
+static _Thread_local const lmh_u8 *weights_first;
+static _Thread_local const lmh_u8 *weights_end;
+
 #define LMH_MATVEC_ENTRY(name, type)                                                                                      \
     static void run_matvec_##name(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) { \
         lmh_matvec_params p;                                                                                              \
         memcpy(&p, params, sizeof p);                                                                                     \
+        weights_first = (const lmh_u8 *)buffers[1];                                                                       \
+        weights_end = weights_first + (lmh_u64)p.vocab * p.row_bytes;                                                     \
         lmh_matvec(p, type, (const lmh_u32 *)buffers[0], (const lmh_u8 *)buffers[1], (lmh_u32 *)buffers[2], simdgroup, simdgroups, lane); \
     }
 LMH_HEAD_TYPES(LMH_MATVEC_ENTRY)
@@ -153,6 +166,10 @@ static void fail(lmh_simdgroup *g, int error) {
     g->error = error;
     setcontext(&g->scheduler);
     abort(); // setcontext returns only on failure
+}
+
+static void lmh_emulator_prefetch(const lmh_u8 *p) {
+    if (p < weights_first || p >= weights_end) fail(current, dispatch_bad_prefetch);
 }
 
 // Lane `lane` has done its part of the round (the same as lane 0's, or it fails).
