@@ -388,8 +388,9 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     std.debug.print("launch overhead: one head call (4 commands, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
 }
 
-/// A module as `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p].cubin` (-p: it prefetches), for scripts/cuda_sass.py (the
-/// modules of a pass size compile together, so the cache's order of files says nothing).
+/// A module as `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p].cubin` (-p: it prefetches), for
+/// scripts/cuda_sass.py (the modules of a pass size compile together, so the cache's order of
+/// files says nothing).
 fn writeCubin(dir: []const u8, rows: u32, shape: cuda_backend.Shape, image: []const u8) void {
     var path: [1024:0]u8 = undefined;
     const name: [:0]const u8 = std.mem.printSentinel(&path, "{s}/r{d}-v{d}-b{d}{s}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) "-p" else "" }, 0) catch "";

@@ -100,8 +100,8 @@ comptime {
 /// BF16. Prefetching a warp's rows into L2 (kernels.h), measured for every type at N = 1, 2, 4
 /// and 8: a type prefetches where that was 4% faster or more in two runs and slower at no N
 /// (Q6_K N = 1 8-9%, Q4_0 N = 2 and 4 6-8%, Q2_K N = 8 8-10%); it made dense types up to 50%
-/// slower (their rows' bytes crowd L2), and prefetching 1, 2 or 4 chunks ahead instead of the
-/// whole rows was 4% faster for no type.
+/// slower (not profiled), and prefetching 1, 2 or 4 chunks ahead instead of the whole rows was
+/// 4% faster for no type.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .chunks_per_step = 1, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                    .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
