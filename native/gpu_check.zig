@@ -388,12 +388,11 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     std.debug.print("launch overhead: one head call (4 commands, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
 }
 
-/// A module as `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p].cubin` (-p: it prefetches), for
-/// scripts/cuda_sass.py (the modules of a pass size compile together, so the cache's order of
-/// files says nothing).
-fn writeCubin(dir: []const u8, rows: u32, shape: cuda_backend.Shape, image: []const u8) void {
-    var path: [1024:0]u8 = undefined;
-    const name: [:0]const u8 = std.mem.printSentinel(&path, "{s}/r{d}-v{d}-b{d}{s}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) "-p" else "" }, 0) catch "";
+/// Writes a module to `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p].cubin` (-p: it prefetches)
+/// and returns that path, which the compile-only run prints for scripts/cuda_sass.py (the
+/// modules of a pass size compile together, so the cache's order of files says nothing).
+fn writeCubin(path: *[1024:0]u8, dir: []const u8, rows: u32, shape: cuda_backend.Shape, image: []const u8) []const u8 {
+    const name: [:0]const u8 = std.mem.printSentinel(path, "{s}/r{d}-v{d}-b{d}{s}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) "-p" else "" }, 0) catch "";
     const file = if (name.len > 0) std.c.fopen(name, "wb") else null;
     const written = if (file) |f| std.c.fwrite(image.ptr, 1, image.len, f) else 0;
     const closed = if (file) |f| std.c.fclose(f) == 0 else false;
@@ -401,6 +400,7 @@ fn writeCubin(dir: []const u8, rows: u32, shape: cuda_backend.Shape, image: []co
         std.debug.print("FAIL: cannot write the module of {d} rows per pass, {d} vocab rows, {d} blocks into {s}\n", .{ rows, shape.vocab_rows, shape.min_blocks, dir });
         std.process.exit(1);
     }
+    return name;
 }
 
 /// Without a GPU, NVRTC alone (if it is found) still shows the kernel source compiles for
@@ -433,8 +433,9 @@ fn compileOnly() void {
             for (formats.all) |g| if ((types >> @intCast(@intFromEnum(g.type))) & 1 != 0) {
                 used += (std.fmt.bufPrint(names[used..], "{s}{s}", .{ if (used == 0) "" else " ", g.name }) catch unreachable).len;
             };
-            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM{s} ({s}): {d} bytes\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) ", prefetch" else "", names[0..used], image.len });
-            if (std.c.getenv("LMHEAD_CUBIN_DIR")) |dir| writeCubin(std.mem.span(dir), rows, shape, image);
+            var path: [1024:0]u8 = undefined;
+            const written = if (std.c.getenv("LMHEAD_CUBIN_DIR")) |dir| writeCubin(&path, std.mem.span(dir), rows, shape, image) else "";
+            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM{s} ({s}): {d} bytes{s}{s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) ", prefetch" else "", names[0..used], image.len, if (written.len > 0) ", written to " else "", written });
         }
         std.debug.print("{d} rows per pass: {d} modules in {d:.1} s, compiled together (or from the cache)\n", .{ rows, shapes.len, elapsed });
     }

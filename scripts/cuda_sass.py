@@ -66,14 +66,13 @@ def compile_modules(nvrtc):
         os.remove(os.path.join(cubins, f))
     env = dict(os.environ, LMHEAD_NVRTC=os.path.abspath(nvrtc), LMHEAD_CACHE=os.path.abspath(CACHE), LMHEAD_CUBIN_DIR=os.path.abspath(cubins))
     out = subprocess.run([CHECK, "check"], env=env, capture_output=True, text=True)
-    # "..., 8 rows per pass, 6 vocab rows per warp, 0 blocks per SM[, prefetch] (Q5_0 Q4_K): ..."
+    # "..., 8 rows per pass, 6 vocab rows per warp, 0 blocks per SM (Q5_0 Q4_K): N bytes, written to PATH"
     # -> (rows, vocab rows, types), and the module lmhead-gpu-check wrote for it
     modules = []
     for l in (out.stdout + out.stderr).splitlines():
-        m = re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp, (\d+) blocks per SM(, prefetch)? \(([\w ]+)\)", l)
+        m = re.search(r"(\d+) rows per pass, (\d+) vocab rows per warp, .*\(([\w ]+)\): \d+ bytes, written to (\S+)$", l)
         if m:
-            path = os.path.join(cubins, f"r{m.group(1)}-v{m.group(2)}-b{m.group(3)}{'-p' if m.group(4) else ''}.cubin")
-            modules.append(((int(m.group(1)), int(m.group(2)), m.group(5).split()), path))
+            modules.append(((int(m.group(1)), int(m.group(2)), m.group(3).split()), m.group(4)))
     if not modules or not all(os.path.exists(p) for _, p in modules):
         sys.exit("lmhead-gpu-check compiled no module, or wrote not every one:\n" + out.stdout + out.stderr)
     return modules
