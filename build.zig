@@ -46,7 +46,8 @@ pub fn build(b: *std.Build) void {
     const run_tests = b.addRunArtifact(tests);
     const test_step = b.step("test", "Run the Zig unit tests");
     test_step.dependOn(&run_tests.step);
-    test_step.dependOn(&checkSyntax(b, "cuda", &.{"-std=c++17"}).step);
+    // With a ring of stages, as the backend compiles some modules (LMH_STAGES, kernels.h).
+    test_step.dependOn(&checkSyntax(b, "cuda", &.{ "-std=c++17", "-DLMH_STAGES=2u", "-DLMH_CUDA_BLOCK_THREADS=128u" }).step);
     test_step.dependOn(&checkSyntax(b, "metal", &.{"-std=c++14"}).step);
 
     // The GPU test and bench driver: a native program (the GPU machine has no Bun) built from
@@ -84,15 +85,18 @@ fn addMetalSources(b: *std.Build, module: *std.Build.Module) void {
     module.addAnonymousImport("metal_entries", .{ .root_source_file = b.path("metal/entries.metal") });
 }
 
-/// The host emulator of the GPU kernel source (native/kernels/host/emulator.c), twice: with
-/// the source's default tuning, and under a second symbol prefix with another tuning, so the
-/// tests can show that tuning changes no bit.
+/// The host emulator of the GPU kernel source (native/kernels/host/emulator.c), three times:
+/// with the source's default tuning, and under other symbol prefixes with another tuning and
+/// with the quantized weights staged (CUDA's ring), so the tests can show that neither changes
+/// a bit.
 fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
     const flags = [_][]const u8{ "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas" };
     const source = b.path("native/kernels/host/emulator.c");
     module.addCSourceFile(.{ .file = source, .flags = &flags });
     const retuned = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_retuned", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_ROWS_PER_PASS=4u", "-DLMH_CHUNKS_PER_STEP=2u", "-DLMH_PREFETCH_ROWS=1u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ retuned) });
+    const staged = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_staged", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=5u", "-DLMH_ROWS_PER_PASS=2u", "-DLMH_STAGES=2u" };
+    module.addCSourceFile(.{ .file = source, .flags = &(flags ++ staged) });
 }
 
 /// Checks that a GPU target's kernel source (prelude, params.h, kernels.h, entries, in the

@@ -4,7 +4,7 @@
 //! buffer pointers in the kernel's binding order, and the grid. Linked into the tests only.
 const std = @import("std");
 
-pub const Error = error{ UnknownKernel, BadParams, BadBuffers, BadGrid, DivergentShuffle, OutOfMemory, BadPrefetch };
+pub const Error = error{ UnknownKernel, BadParams, BadBuffers, BadGrid, DivergentShuffle, OutOfMemory, BadPrefetch, BadStage };
 
 /// A 1-D grid, as Metal's dispatchThreadgroups takes it: `threadgroups` groups of
 /// `threads` threads (a multiple of 32, the simdgroup width).
@@ -47,6 +47,7 @@ pub fn Emulator(comptime prefix: []const u8) type {
                 5 => error.DivergentShuffle,
                 6 => error.OutOfMemory,
                 7 => error.BadPrefetch,
+                8 => error.BadStage,
                 else => unreachable,
             };
         }
@@ -79,6 +80,9 @@ pub const default = Emulator("lmh_emulator");
 /// Another tuning: 3 vocab rows per simdgroup, 4 rows per pass (Metal's rows per pass), steps of 2 chunks,
 /// and each simdgroup's rows prefetched (every address checked to lie in the weights).
 pub const retuned = Emulator("lmh_emulator_retuned");
+/// 5 vocab rows per simdgroup, 2 rows per pass, and the quantized types' chunks staged in a
+/// ring of 2 (LMH_STAGES; every copy checked to come from the weights).
+pub const staged = Emulator("lmh_emulator_staged");
 
 // ---------------------------------------------------------------------------------------
 // Tests of the emulator itself; parity_test.zig runs the kernels against the CPU backend.
@@ -88,17 +92,15 @@ const formats = @import("../numerics/formats.zig");
 const math = @import("../numerics/math.zig");
 const registry = @import("../core/registry.zig");
 
-test "every kernel of the registry has an entry point, in both tunings" {
+test "every kernel of the registry has an entry point, in every build" {
     var name: [64]u8 = undefined;
     const fixed = [_]registry.Kernel{ .rms_norm, .softcap, .count_non_finite };
-    for (fixed) |k| {
-        _ = try default.kernel(k.name(&name));
-        _ = try retuned.kernel(k.name(&name));
-    }
-    for (std.enums.values(formats.Type)) |t| {
-        const k: registry.Kernel = .{ .matvec = t };
-        _ = try default.kernel(k.name(&name));
-        _ = try retuned.kernel(k.name(&name));
+    inline for (.{ default, retuned, staged }) |build| {
+        for (fixed) |k| _ = try build.kernel(k.name(&name));
+        for (std.enums.values(formats.Type)) |t| {
+            const k: registry.Kernel = .{ .matvec = t };
+            _ = try build.kernel(k.name(&name));
+        }
     }
     try std.testing.expectError(error.UnknownKernel, default.kernel("matvec_Q6_K"));
 }

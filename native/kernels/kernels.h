@@ -34,6 +34,20 @@ LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 1u || LMH_ROWS_PER_PASS == 2u || LMH_ROWS
 #ifndef LMH_PREFETCH_ROWS
 #define LMH_PREFETCH_ROWS 0u
 #endif
+// Stages of a simdgroup's ring (0: none), where the quantized types' whole chunks arrive by
+// asynchronous copies, LMH_STAGES - 1 chunks ahead of the one decoded: weight bytes in flight
+// without registers to hold them, and one 16-byte copy per lane in place of a decoder's many
+// small loads. Needs the prelude's staging primitives (CUDA, and the emulator's staged build,
+// which checks their use; Metal reads the weights where they are).
+#ifndef LMH_STAGES
+#define LMH_STAGES 0u
+#endif
+#if LMH_STAGES > 0
+#ifndef LMH_STAGE_COPY16
+#error "LMH_STAGES needs the prelude's staging primitives"
+#endif
+LMH_STATIC_ASSERT(LMH_STAGES >= 2u && LMH_STAGES <= 4u, "stages: 0, or 2 to 4");
+#endif
 
 // ggml type ids (numerics/formats.zig Type).
 #define LMH_TYPE_F32 0u
@@ -778,9 +792,69 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
     return acc;
 }
 
+#if LMH_STAGES > 0
+// A stage holds one chunk of each of a simdgroup's vocab rows, each copied in 16-byte pieces
+// from the 16-byte boundary at or below its first byte: a quantized chunk (at most Q8_0's 272
+// bytes) spans at most 18 pieces, 288 bytes. The prelude's LMH_STAGE_RING_DEFINE defines
+// lmh_stage_ring(), this simdgroup's ring of LMH_STAGES stages.
+#define LMH_STAGE_ROW_BYTES 288u
+#define LMH_STAGE_BYTES (LMH_VOCAB_ROWS_PER_SIMDGROUP * LMH_STAGE_ROW_BYTES)
+LMH_STAGE_RING_DEFINE(LMH_STAGES * LMH_STAGE_BYTES)
+
+// Where a chunk's first byte lies in its stage: its offset from the 16-byte boundary below.
+LMH_FN lmh_u32 lmh_stage_skew(LMH_GLOBAL const lmh_u8 *chunk) {
+    return (lmh_u32)((lmh_u64)chunk & 15u);
+}
+
+// Chunk c of every vocab row into `stage`: lane l copies piece l of each row's window.
+LMH_FN void lmh_stage_chunk(lmh_vocab_rows vocab, lmh_u32 chunk_bytes, lmh_u32 c, lmh_u8 *stage, lmh_u32 lane) {
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+        LMH_GLOBAL const lmh_u8 *chunk = vocab.row[m] + c * chunk_bytes;
+        lmh_u32 skew = lmh_stage_skew(chunk);
+        lmh_u32 at = lane << 4;
+        if (at < skew + chunk_bytes) LMH_STAGE_COPY16(stage + m * LMH_STAGE_ROW_BYTES + at, chunk - skew + at);
+    }
+}
+
+// lmh_matvec_whole_chunks for a quantized type, its weights read from the ring: chunk c in
+// stage c % LMH_STAGES while chunks c + 1 .. c + LMH_STAGES - 1 are in flight. Copy group g
+// holds chunk g (empty past the last), so waiting for all but the newest LMH_STAGES - 2
+// groups completes chunk c for this lane, and the sync after it for every lane; a stage is
+// refilled only after that sync, which every lane reaches after its last read of the stage.
+// The last pass's reads all fed its butterfly, whose shuffles every lane has passed before
+// this pass's first copies.
+LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
+    lmh_u32 chunks = p.hidden >> 8;
+    lmh_u32 chunk_bytes = lmh_chunk_bytes(type);
+    lmh_u8 *ring = lmh_stage_ring();
+    for (lmh_u32 c = 0u; c + 1u < LMH_STAGES; c++) {
+        if (c < chunks) lmh_stage_chunk(vocab, chunk_bytes, c, ring + c * LMH_STAGE_BYTES, lane);
+        LMH_STAGE_COMMIT();
+    }
+    lmh_u32 stage = 0u; // chunk c's
+    for (lmh_u32 c = 0u; c < chunks; c++) {
+        LMH_STAGE_WAIT(LMH_STAGES - 2u);
+        LMH_STAGE_SYNC();
+        lmh_u32 refill = stage == 0u ? LMH_STAGES - 1u : stage - 1u; // read for chunk c - 1
+        if (c + LMH_STAGES - 1u < chunks) lmh_stage_chunk(vocab, chunk_bytes, c + LMH_STAGES - 1u, ring + refill * LMH_STAGE_BYTES, lane);
+        LMH_STAGE_COMMIT();
+        lmh_vocab_rows staged;
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+            staged.row[m] = ring + stage * LMH_STAGE_BYTES + m * LMH_STAGE_ROW_BYTES + lmh_stage_skew(vocab.row[m] + c * chunk_bytes);
+        }
+        acc = lmh_matvec_chunk(p, type, x, staged, row0, rows_per_pass, c, load, lane, acc);
+        stage = stage + 1u == LMH_STAGES ? 0u : stage + 1u;
+    }
+    return acc;
+}
+#endif
+
 // The chunks of a pass that every lane fills, read as `load` says (a literal), in steps of
 // LMH_CHUNKS_PER_STEP (1 or 2), then the odd one left.
 LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
+#if LMH_STAGES > 0
+    if (lmh_dense(type) == 0u) return lmh_matvec_staged_chunks(p, type, x, vocab, row0, rows_per_pass, load, lane, acc);
+#endif
     lmh_u32 chunks = p.hidden >> 8;
     lmh_u32 c = 0u;
     for (; c + LMH_CHUNKS_PER_STEP <= chunks; c += LMH_CHUNKS_PER_STEP) {

@@ -1,5 +1,5 @@
 //! The GPU kernel source against the CPU backend, bit for bit. The host emulator runs the
-//! kernels (emulator.zig, two tunings); the CPU backend runs through the C ABI of root.zig.
+//! kernels (emulator.zig, three builds); the CPU backend runs through the C ABI of root.zig.
 //! Every head type, batches of N ∈ {1, 2, 3, 5, 8, 9, 17, 33} rows in random slot order, and
 //! inputs that put every flush point to work: subnormal, tiny, huge and mixed-scale hidden
 //! values, subnormal norm weights and eps, F32/F16/BF16 heads with tiny and subnormal
@@ -118,8 +118,10 @@ pub fn hiddenSizes(t: formats.Type) []const u32 {
     return switch (formats.format(@intFromEnum(t)).?.block_values) {
         // Rows of a multiple of 16 bytes (16-byte loads), then not, with a lane holding 6 of its 8 values.
         1 => &.{ 296, 302 },
-        32 => &.{288}, // a partial chunk of one block
-        else => &.{512},
+        // A partial chunk of one block; then three whole chunks, so the staged build's ring of
+        // two stages refills one.
+        32 => &.{ 288, 800 },
+        else => &.{ 512, 768 },
     };
 }
 
@@ -330,6 +332,9 @@ test "the emulated kernels equal the CPU backend for every head type, batch size
                 const retuned = try runEmulator(emulator.retuned, allocator, &case, x, .{ .threadgroups = 3, .threads = 32 });
                 defer retuned.deinit(allocator);
                 try expectSameRows("retuned emulator", &case, reference, retuned, order[0..n]);
+                const staged = try runEmulator(emulator.staged, allocator, &case, x, .{ .threadgroups = 2, .threads = 64 });
+                defer staged.deinit(allocator);
+                try expectSameRows("staged emulator", &case, reference, staged, order[0..n]);
             }
         }
     }
@@ -377,6 +382,9 @@ test "infinite block scales: the emulated kernels give the CPU's ±Inf logits" {
         const retuned = try runEmulator(emulator.retuned, allocator, &case, x, .{ .threadgroups = 3, .threads = 32 });
         defer retuned.deinit(allocator);
         try expectSameRows("retuned emulator", &case, cpu, retuned, &order);
+        const staged = try runEmulator(emulator.staged, allocator, &case, x, .{ .threadgroups = 2, .threads = 64 });
+        defer staged.deinit(allocator);
+        try expectSameRows("staged emulator", &case, cpu, staged, &order);
     }
 }
 

@@ -25,11 +25,13 @@ pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
 /// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
 /// rows one warp computes (they share each activation load, and more of them keep more weight
 /// bytes in flight), blocks an SM must hold at once (NVRTC caps the registers to fit them;
-/// 0: no cap), and whether a warp first asks for all its rows' bytes (a prefetch into L2).
+/// 0: no cap), whether a warp first asks for all its rows' bytes (a prefetch into L2), and the
+/// stages of the ring a quantized type's chunks arrive in by asynchronous copies (0: none).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
     prefetch: bool = false,
+    stages: u32 = 0,
 };
 
 /// A pass size's tuning. The best shape differs by type, so each shape gets a module of its
@@ -42,7 +44,7 @@ pub const Tuning = struct {
     shape_of: []const struct { formats.Type, Shape } = &.{},
     chunks_per_step: u32,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
-    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null } = .{},
+    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null } = .{},
 
     pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
         var shape = tuning.shape;
@@ -53,6 +55,7 @@ pub const Tuning = struct {
             .vocab_rows = tuning.forced.vocab_rows orelse shape.vocab_rows,
             .min_blocks = tuning.forced.min_blocks orelse shape.min_blocks,
             .prefetch = tuning.forced.prefetch orelse shape.prefetch,
+            .stages = tuning.forced.stages orelse shape.stages,
         };
     }
 
@@ -73,8 +76,15 @@ const max_vocab_rows = 16;
 /// Blocks per SM a kernel may ask for, at most: an SM holds 2048 threads.
 const max_min_blocks = 2048 / threads_per_block;
 
+/// A block's static shared memory (CUDA's limit without an opt-in), which holds its warps'
+/// rings of stages of vocab_rows chunks (kernels.h LMH_STAGE_ROW_BYTES each).
+const max_ring_bytes_per_block = 48 << 10;
+const stage_row_bytes = 288;
+
 fn validShape(shape: Shape) bool {
-    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks;
+    const stages_valid = shape.stages == 0 or (shape.stages >= 2 and shape.stages <= 4 and
+        shape.stages * shape.vocab_rows * stage_row_bytes * warps_per_block <= max_ring_bytes_per_block);
+    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid;
 }
 
 comptime {
@@ -128,13 +138,22 @@ pub const tunings = [pass_sizes.len]Tuning{
 
 /// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every type's
 /// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM and
-/// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches.
+/// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches, `LMHEAD_CUDA_STAGES` (0, or 2
+/// to 4) every type's ring.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
     const vocab_rows = try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows);
     const min_blocks = try envCount("LMHEAD_CUDA_MIN_BLOCKS", 0, max_min_blocks);
     const prefetch = try envCount("LMHEAD_CUDA_PREFETCH", 0, 1);
-    for (&result) |*t| t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null };
+    const stages = try envCount("LMHEAD_CUDA_STAGES", 0, 4);
+    if (stages == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_STAGES=1: expected 0, or 2 to 4", .{});
+    for (&result) |*t| {
+        t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages };
+        for (formats.all) |f| {
+            const shape = t.shapeOf(@intFromEnum(f.type));
+            if (!validShape(shape)) return fail(error.InvalidArgument, "{s}: {d} vocab rows per warp in a ring of {d} stages exceed a block's 48 KiB of shared memory (LMHEAD_CUDA_VOCAB_ROWS, LMHEAD_CUDA_STAGES)", .{ f.name, shape.vocab_rows, shape.stages });
+        }
+    }
     return result;
 }
 
@@ -164,6 +183,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_CUDA_BLOCK_THREADS", threads_per_block },
         .{ "LMH_CUDA_MIN_BLOCKS", shape.min_blocks },
         .{ "LMH_PREFETCH_ROWS", @intFromBool(shape.prefetch) },
+        .{ "LMH_STAGES", shape.stages },
     } });
 }
 
@@ -679,7 +699,7 @@ test "each pass size's modules hold every head type once, in the module of the t
 
 test "a type takes its own shape where the tuning names it, else the pass size's; overrides win" {
     var forced = tunings[1];
-    forced.forced = .{ .min_blocks = 3, .prefetch = true };
+    forced.forced = .{ .min_blocks = 3, .prefetch = true, .stages = 2 };
     for (tunings) |tuning| for (formats.all) |f| {
         var want = tuning.shape;
         for (tuning.shape_of) |o| if (o[0] == f.type) {
@@ -691,8 +711,20 @@ test "a type takes its own shape where the tuning names it, else the pass size's
         const shape = forced.shapeOf(@intFromEnum(f.type));
         try std.testing.expectEqual(@as(u32, 3), shape.min_blocks);
         try std.testing.expect(shape.prefetch);
+        try std.testing.expectEqual(@as(u32, 2), shape.stages);
         try std.testing.expectEqual(tunings[1].shapeOf(@intFromEnum(f.type)).vocab_rows, shape.vocab_rows);
     }
+}
+
+test "a ring holds 2 to 4 stages, and a block's rings fit its 48 KiB of static shared memory" {
+    try std.testing.expect(validShape(.{ .vocab_rows = 8, .stages = 4 }));
+    try std.testing.expect(validShape(.{ .vocab_rows = 10, .stages = 4 }));
+    try std.testing.expect(!validShape(.{ .vocab_rows = 11, .stages = 4 }));
+    try std.testing.expect(validShape(.{ .vocab_rows = 14, .stages = 3 }));
+    try std.testing.expect(!validShape(.{ .vocab_rows = 15, .stages = 3 }));
+    try std.testing.expect(!validShape(.{ .vocab_rows = 4, .stages = 1 }));
+    try std.testing.expect(!validShape(.{ .vocab_rows = 4, .stages = 5 }));
+    try std.testing.expect(validShape(.{ .vocab_rows = 16 }));
 }
 
 test "a pass size's shapes are its modules: each once, together holding every head type" {

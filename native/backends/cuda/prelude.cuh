@@ -60,6 +60,22 @@ LMH_FN float lmh_cuda_f16_to_f32(lmh_u32 h) {
 // kernels.h's prefetch hint: the 128-byte line holding p into L2 (a hint: no value changes).
 #define LMH_PREFETCH(p) asm volatile("prefetch.L2 [%0];" : : "l"(p))
 
+// kernels.h's staging (LMH_STAGES): each warp's ring in shared memory (the block's warps side
+// by side), filled by cp.async 16 bytes at a time (past L1), each lane's copies completed by
+// its commit and wait groups, and seen by the other lanes after __syncwarp.
+#define LMH_STAGE_RING_DEFINE(bytes)                                                         \
+    LMH_FN lmh_u8 *lmh_stage_ring(void) {                                                    \
+        __shared__ __align__(16) lmh_u8 ring[(LMH_CUDA_BLOCK_THREADS >> 5) * (bytes)];       \
+        return ring + (threadIdx.x >> 5) * (bytes);                                          \
+    }
+LMH_FN void lmh_cuda_stage_copy16(lmh_u8 *shared, const lmh_u8 *global) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"((lmh_u32)__cvta_generic_to_shared(shared)), "l"(global) : "memory");
+}
+#define LMH_STAGE_COPY16(shared, global) lmh_cuda_stage_copy16((shared), (global))
+#define LMH_STAGE_COMMIT() asm volatile("cp.async.commit_group;" : : : "memory")
+#define LMH_STAGE_WAIT(newest) asm volatile("cp.async.wait_group %0;" : : "n"(newest) : "memory")
+#define LMH_STAGE_SYNC() __syncwarp()
+
 // Aligned little-endian loads from a byte buffer: p is even for lmh_load16 and a multiple
 // of 4 for lmh_load32 (kernels.h says why each address is).
 LMH_FN lmh_u32 lmh_load16(const lmh_u8 *p) {

@@ -26,6 +26,32 @@
 static void lmh_emulator_prefetch(const lmh_u8 *p);
 #define LMH_PREFETCH(p) lmh_emulator_prefetch(p)
 
+// kernels.h's staging (LMH_STAGES), checked: each lane's copies land only when a wait
+// completes their group, and a stage reads as poison from the moment a copy into it is
+// issued, so a lane that reads a stage too early, or refills one another lane may still
+// read, changes the logits; a copy from outside the weights fails the dispatch. (Only a
+// build given LMH_STAGES stages: kernels.h defines it for every other one.)
+#ifdef LMH_STAGES
+#define LMH_EMULATOR_STAGED
+static void lmh_emulator_stage_copy16(lmh_u8 *stage, const lmh_u8 *weights);
+static void lmh_emulator_stage_commit(void);
+static void lmh_emulator_stage_wait(lmh_u32 newest);
+static void lmh_emulator_sync(void);
+static _Thread_local lmh_u8 *ring_first;
+static _Thread_local lmh_u8 *ring_end;
+#define LMH_STAGE_RING_DEFINE(bytes)                                      \
+    static _Thread_local _Alignas(16) lmh_u8 lmh_emulator_ring[bytes];    \
+    LMH_FN lmh_u8 *lmh_stage_ring(void) {                                 \
+        ring_first = lmh_emulator_ring;                                   \
+        ring_end = lmh_emulator_ring + (bytes);                           \
+        return lmh_emulator_ring;                                         \
+    }
+#define LMH_STAGE_COPY16(stage, weights) lmh_emulator_stage_copy16((stage), (weights))
+#define LMH_STAGE_COMMIT() lmh_emulator_stage_commit()
+#define LMH_STAGE_WAIT(newest) lmh_emulator_stage_wait(newest)
+#define LMH_STAGE_SYNC() lmh_emulator_sync()
+#endif
+
 #include "../kernels.h"
 
 #ifndef LMH_EMULATOR
@@ -45,9 +71,10 @@ enum {
     dispatch_divergent = 5,
     dispatch_out_of_memory = 6,
     dispatch_bad_prefetch = 7,
+    dispatch_bad_stage = 8,
 };
 
-enum { lane_count = 32, lane_stack_bytes = 64 * 1024, no_type = 0xFFFFFFFFu };
+enum { lane_count = 32, lane_stack_bytes = 64 * 1024, no_type = 0xFFFFFFFFu, pending_copies = 64, stage_poison = 0xA5 };
 
 typedef void (*lmh_body)(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane);
 
@@ -79,7 +106,7 @@ static void run_sum_segments(const void *params, void *const *buffers, lmh_u32 s
     lmh_sum_segments(p, (const lmh_u32 *)buffers[0], (lmh_u32 *)buffers[1], simdgroup, simdgroups, lane);
 }
 
-// The running matvec's weights, [first, end): where a prefetch may point.
+// The running matvec's weights, [first, end): where a prefetch or a staging copy may point.
 static _Thread_local const lmh_u8 *weights_first;
 static _Thread_local const lmh_u8 *weights_end;
 
@@ -156,6 +183,14 @@ typedef struct {
     lmh_u32 round_mask;
     lmh_u32 parity[lane_count];
     lmh_u32 slots[2][lane_count];
+    // Each lane's staging copies not yet landed, and the copy groups it has committed.
+    struct {
+        lmh_u8 *stage;
+        const lmh_u8 *weights;
+        lmh_u32 group;
+    } pending[lane_count][pending_copies];
+    lmh_u32 pending_count[lane_count];
+    lmh_u32 groups[lane_count];
     int error;
 } lmh_simdgroup;
 
@@ -171,6 +206,47 @@ static void fail(lmh_simdgroup *g, int error) {
 static void lmh_emulator_prefetch(const lmh_u8 *p) {
     if (p < weights_first || p >= weights_end) fail(current, dispatch_bad_prefetch);
 }
+
+#ifdef LMH_EMULATOR_STAGED
+static void lmh_emulator_stage_copy16(lmh_u8 *stage, const lmh_u8 *weights) {
+    lmh_simdgroup *g = current;
+    lmh_u32 lane = g->running;
+    int aligned = (((unsigned long long)stage | (unsigned long long)weights) & 15u) == 0u;
+    int in_ring = stage >= ring_first && stage + 16 <= ring_end;
+    int in_weights = weights + 16 > weights_first && weights < weights_end;
+    if (!aligned || !in_ring || !in_weights || g->pending_count[lane] == pending_copies) fail(g, dispatch_bad_stage);
+    memset(stage, stage_poison, 16);
+    g->pending[lane][g->pending_count[lane]].stage = stage;
+    g->pending[lane][g->pending_count[lane]].weights = weights;
+    g->pending[lane][g->pending_count[lane]].group = g->groups[lane];
+    g->pending_count[lane]++;
+}
+
+static void lmh_emulator_stage_commit(void) {
+    lmh_simdgroup *g = current;
+    g->groups[g->running]++;
+}
+
+// Lands the lane's copies of every committed group but the newest `newest`: the bytes of
+// each piece that lie in the weights (a GPU reads the whole 16-byte piece, which never
+// leaves the weights' allocation; here the rest stays poison, and no decoder reads it).
+static void lmh_emulator_stage_wait(lmh_u32 newest) {
+    lmh_simdgroup *g = current;
+    lmh_u32 lane = g->running;
+    lmh_u32 kept = 0;
+    for (lmh_u32 i = 0; i < g->pending_count[lane]; i++) {
+        if (g->pending[lane][i].group + newest < g->groups[lane]) {
+            for (lmh_u32 b = 0; b < 16u; b++) {
+                const lmh_u8 *from = g->pending[lane][i].weights + b;
+                if (from >= weights_first && from < weights_end) g->pending[lane][i].stage[b] = *from;
+            }
+        } else {
+            g->pending[lane][kept++] = g->pending[lane][i];
+        }
+    }
+    g->pending_count[lane] = kept;
+}
+#endif
 
 // Lane `lane` has done its part of the round (the same as lane 0's, or it fails).
 static void check_round(lmh_simdgroup *g, lmh_u32 lane, int returned, lmh_u32 mask) {
@@ -197,6 +273,13 @@ static lmh_u32 lmh_emulator_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
     return g->slots[parity][lane ^ mask];
 }
 
+#ifdef LMH_EMULATOR_STAGED
+// A simdgroup barrier: a round with no value exchanged.
+static void lmh_emulator_sync(void) {
+    (void)lmh_emulator_shuffle_xor(0u, 0u);
+}
+#endif
+
 static void lane_main(void) {
     lmh_simdgroup *g = current;
     lmh_u32 lane = g->running;
@@ -212,6 +295,8 @@ static int run_simdgroup(lmh_simdgroup *g, lmh_u32 simdgroup) {
     g->simdgroup = simdgroup;
     g->error = dispatch_ok;
     memset(g->parity, 0, sizeof g->parity);
+    memset(g->pending_count, 0, sizeof g->pending_count);
+    memset(g->groups, 0, sizeof g->groups);
     for (lmh_u32 l = 0; l < lane_count; l++) {
         if (getcontext(&g->lanes[l]) != 0) return dispatch_out_of_memory;
         g->lanes[l].uc_stack.ss_sp = g->stacks + (size_t)l * lane_stack_bytes;

@@ -5,6 +5,8 @@
 #define __global__
 #define __launch_bounds__(threads, blocks)
 #define __forceinline__ inline
+#define __shared__ static // as a device function's __shared__ variable is
+#define __align__(bytes) __attribute__((aligned(bytes)))
 
 struct lmh_stub_dim3 {
     unsigned int x, y, z;
@@ -18,6 +20,8 @@ float fabsf(float value);
 unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int selector);
 unsigned int __shfl_xor_sync(unsigned int members, unsigned int value, int lane_mask);
 [[noreturn]] void __trap(void);
+void __syncwarp(void);
+unsigned long long __cvta_generic_to_shared(const void *pointer);
 struct uint4 {
     unsigned int x, y, z, w;
 };
