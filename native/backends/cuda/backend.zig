@@ -111,7 +111,10 @@ comptime {
 /// and 8: a type prefetches where that was 4% faster or more in two runs and slower at no N
 /// (Q6_K N = 1 8-9%, Q4_0 N = 2 and 4 6-8%, Q2_K N = 8 8-10%); it made dense types up to 50%
 /// slower (not profiled), and prefetching 1, 2 or 4 chunks ahead instead of the whole rows was
-/// 4% faster for no type.
+/// 4% faster for no type. A ring of 2, 3 or 4 stages (kernels.h), measured for every quantized
+/// type at N = 1, 2, 4 and 8, then 3 stages at N = 8 to 64 twice: taken at 8 rows per pass where
+/// it was 4% faster or more at some N and slower at none (Q6_K 8-19% faster, Q5_K and IQ4_NL
+/// 8% at N = 8); at 1 row per pass 3 stages made every type but Q5_1 2-21% slower.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .chunks_per_step = 1, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                    .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
@@ -132,7 +135,8 @@ pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
         .{ .bf16, .{ .vocab_rows = 4 } },                  .{ .iq4_xs, .{ .vocab_rows = 4 } },                 .{ .q5_0, .{ .vocab_rows = 6 } },
         .{ .q5_1, .{ .vocab_rows = 6 } },                  .{ .q3_k, .{ .vocab_rows = 6 } },                   .{ .q4_k, .{ .vocab_rows = 6 } },
-        .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } }, .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true } },
+        .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } }, .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true } },  .{ .q6_k, .{ .vocab_rows = 8, .stages = 3 } },
+        .{ .q5_k, .{ .vocab_rows = 8, .stages = 3 } },      .{ .iq4_nl, .{ .vocab_rows = 8, .stages = 3 } },
     } },
 };
 
