@@ -14,7 +14,7 @@ pub const Grid = struct {
 };
 
 /// One build of emulator.c, by its symbol prefix: build.zig builds the source's default
-/// tuning and a second one.
+/// tuning, another one and a staged one.
 pub fn Emulator(comptime prefix: []const u8) type {
     return struct {
         const dispatch_c = @extern(*const fn (u32, *const anyopaque, u64, [*]const ?*anyopaque, u32, *const [3]u32, *const [3]u32) callconv(.c) c_int, .{ .name = prefix ++ "_dispatch" });

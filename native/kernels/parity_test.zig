@@ -17,7 +17,7 @@ const abi = @import("../root.zig");
 
 pub const batch_sizes = [_]u32{ 1, 2, 3, 5, 8, 9, 17, 33 };
 pub const pool_rows = 33;
-const vocab = 37; // no multiple of either tuning's vocab rows per simdgroup
+const vocab = 37; // no multiple of any build's vocab rows per simdgroup
 /// As the library's buffers are (root.zig checks activations at 16 bytes, weights at 4):
 /// the emulator traps a load a GPU could not make.
 const gpu_alignment = 16;

@@ -12,8 +12,9 @@
 // lane must reach the same shuffle with the same mask, or all must return: anything else
 // is divergence, which a GPU's shuffle does not allow, and fails the dispatch.
 //
-// Built twice by build.zig: with the source's default tuning, and with another one and
-// LMH_EMULATOR set to a second symbol prefix, to show that tuning changes no bit.
+// Built three times by build.zig: with the source's default tuning, and under other symbol
+// prefixes (LMH_EMULATOR) with another tuning and with a ring of stages (LMH_STAGES), to show
+// that neither changes a bit.
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
