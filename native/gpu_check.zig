@@ -388,9 +388,10 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     std.debug.print("launch overhead: one head call (4 commands, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
 }
 
-/// Writes a module to `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p]-s<stages>.cubin` (-p: it prefetches)
-/// and returns that path, which the compile-only run prints for scripts/cuda_sass.py (the
-/// modules of a pass size compile together, so the cache's order of files says nothing).
+/// Writes a module to `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p]-s<stages>.cubin` (-p: it
+/// prefetches) and returns that path, which the compile-only run prints for
+/// scripts/cuda_sass.py (the modules of a pass size compile together, so the cache's order of
+/// files says nothing).
 fn writeCubin(path: *[1024:0]u8, dir: []const u8, rows: u32, shape: cuda_backend.Shape, image: []const u8) []const u8 {
     const name: [:0]const u8 = std.mem.printSentinel(path, "{s}/r{d}-v{d}-b{d}{s}-s{d}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) "-p" else "", shape.stages }, 0) catch "";
     const file = if (name.len > 0) std.c.fopen(name, "wb") else null;
