@@ -731,6 +731,27 @@ test "a ring holds 2 to 4 stages, and a block's rings fit its 48 KiB of static s
     try std.testing.expect(validShape(.{ .vocab_rows = 16 }));
 }
 
+extern "c" fn setenv(name: [*:0]const u8, value: [*:0]const u8, overwrite: c_int) c_int;
+extern "c" fn unsetenv(name: [*:0]const u8) c_int;
+
+test "LMHEAD_CUDA_STAGES sets every type's ring; 1 stage, or rings over 48 KiB a block, are errors that say so" {
+    defer _ = unsetenv("LMHEAD_CUDA_STAGES");
+    defer _ = unsetenv("LMHEAD_CUDA_VOCAB_ROWS");
+    _ = setenv("LMHEAD_CUDA_STAGES", "3", 1);
+    for (try tuningsFromEnv()) |tuning| for (formats.all) |f| {
+        try std.testing.expectEqual(@as(u32, 3), tuning.shapeOf(@intFromEnum(f.type)).stages);
+    };
+    _ = setenv("LMHEAD_CUDA_STAGES", "1", 1);
+    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "LMHEAD_CUDA_STAGES=1") != null);
+    _ = setenv("LMHEAD_CUDA_STAGES", "4", 1);
+    _ = setenv("LMHEAD_CUDA_VOCAB_ROWS", "11", 1);
+    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "11 vocab rows per warp in a ring of 4 stages") != null);
+    _ = setenv("LMHEAD_CUDA_VOCAB_ROWS", "10", 1);
+    _ = try tuningsFromEnv();
+}
+
 test "a pass size's shapes are its modules: each once, together holding every head type" {
     for (tunings) |tuning| {
         var buffer: [formats.all.len]Shape = undefined;
