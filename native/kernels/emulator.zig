@@ -153,6 +153,8 @@ test "params.h and the kernel source's block structs agree with params.zig and f
     inline for (formats.all) |f| {
         if (f.block_values > 1) checked += try expectLayout(f.name, formats.Block(f.type));
     }
+    try expectEntry("stage_row_bytes", params.stage_row_bytes);
+    checked += 1;
     var entries: u32 = 0;
     while (default.layoutEntry(entries)) |_| entries += 1;
     try std.testing.expectEqual(checked, entries);

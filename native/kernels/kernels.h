@@ -794,10 +794,9 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
 
 #if LMH_STAGES > 0
 // A stage holds one chunk of each of a simdgroup's vocab rows, each copied in 16-byte pieces
-// from the 16-byte boundary at or below its first byte: a quantized chunk (at most Q8_0's 272
-// bytes) spans at most 18 pieces, 288 bytes. The prelude's LMH_STAGE_RING_DEFINE defines
-// lmh_stage_ring(), this simdgroup's ring of LMH_STAGES stages.
-#define LMH_STAGE_ROW_BYTES 288u
+// from the 16-byte boundary at or below its first byte, in LMH_STAGE_ROW_BYTES (params.h).
+// The prelude's LMH_STAGE_RING_DEFINE defines lmh_stage_ring(), this simdgroup's ring of
+// LMH_STAGES stages.
 #define LMH_STAGE_BYTES (LMH_VOCAB_ROWS_PER_SIMDGROUP * LMH_STAGE_ROW_BYTES)
 LMH_STAGE_RING_DEFINE(LMH_STAGES * LMH_STAGE_BYTES)
 

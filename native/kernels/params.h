@@ -36,6 +36,11 @@ LMH_STATIC_ASSERT(sizeof(lmh_rms_norm_params) == 16, "RmsNorm is 16 bytes");
 LMH_STATIC_ASSERT(sizeof(lmh_matvec_params) == 28, "Matvec is 28 bytes");
 LMH_STATIC_ASSERT(sizeof(lmh_softcap_params) == 16, "Softcap is 16 bytes");
 LMH_STATIC_ASSERT(sizeof(lmh_count_non_finite_params) == 12, "CountNonFinite is 12 bytes");
+
+// Bytes of one vocab row's slot in a stage of a matvec's ring (kernels.h LMH_STAGES): a
+// quantized chunk (at most Q8_0's 272 bytes) from the 16-byte boundary at or below its first
+// byte spans at most 18 pieces of 16. The host sizes rings by it (params.zig stage_row_bytes).
+#define LMH_STAGE_ROW_BYTES 288u
 // NVRTC has no offsetof (neither __builtin_offsetof nor <cstddef>), so the CUDA prelude
 // defines no LMH_OFFSETOF; the host build (the emulator's layout test) checks the offsets.
 #ifdef LMH_OFFSETOF

@@ -45,6 +45,10 @@ pub const CountNonFinite = extern struct {
     segments: u32 = 1,
 };
 
+/// Bytes of one vocab row's slot in a stage of a matvec's ring (params.h
+/// LMH_STAGE_ROW_BYTES): what a GPU backend sizes a kernel's shared memory by.
+pub const stage_row_bytes = 288;
+
 comptime {
     std.debug.assert(@sizeOf(RmsNorm) == 16);
     std.debug.assert(@sizeOf(Matvec) == 28);

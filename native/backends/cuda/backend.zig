@@ -77,13 +77,12 @@ const max_vocab_rows = 16;
 const max_min_blocks = 2048 / threads_per_block;
 
 /// A block's static shared memory (CUDA's limit without an opt-in), which holds its warps'
-/// rings of stages of vocab_rows chunks (kernels.h LMH_STAGE_ROW_BYTES each).
+/// rings of stages of vocab_rows chunks (params.stage_row_bytes each).
 const max_ring_bytes_per_block = 48 << 10;
-const stage_row_bytes = 288;
 
 fn validShape(shape: Shape) bool {
     const stages_valid = shape.stages == 0 or (shape.stages >= 2 and shape.stages <= 4 and
-        shape.stages * shape.vocab_rows * stage_row_bytes * warps_per_block <= max_ring_bytes_per_block);
+        shape.stages * shape.vocab_rows * params.stage_row_bytes * warps_per_block <= max_ring_bytes_per_block);
     return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid;
 }
 

@@ -410,6 +410,7 @@ static const lmh_layout_entry layout[] = {
     LMH_FIELD("CountNonFinite", lmh_count_non_finite_params, rows),
     LMH_FIELD("CountNonFinite", lmh_count_non_finite_params, row_values),
     LMH_FIELD("CountNonFinite", lmh_count_non_finite_params, segments),
+    { "stage_row_bytes", LMH_STAGE_ROW_BYTES },
     LMH_SIZE("Q4_0", lmh_block_q4_0),
     LMH_FIELD("Q4_0", lmh_block_q4_0, d),
     LMH_FIELD("Q4_0", lmh_block_q4_0, qs),
