@@ -65,3 +65,7 @@ LMH_FN lmh_words4 lmh_load_words4(device const lmh_u32 *p) {
 LMH_FN lmh_u32 lmh_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
     return simd_shuffle_xor(bits, (ushort)mask);
 }
+
+LMH_FN lmh_u32 lmh_shuffle(lmh_u32 bits, lmh_u32 source) {
+    return simd_shuffle(bits, (ushort)source);
+}

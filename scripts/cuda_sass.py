@@ -14,9 +14,10 @@ It downloads the pinned NVRTC, cuobjdump and nvdisasm wheels from PyPI into .too
 has `lmhead-gpu-check` compile every module (one per rows-per-pass size and kernel shape,
 exactly as the CUDA backend does) and write each to a folder of its own (LMHEAD_CUBIN_DIR),
 and disassembles them.
-Instructions per weight = the instructions of the loop over chunks in a full pass / (vocab
-rows per warp × 8 values per lane): what one lane issues per weight it decodes; at one row per pass an H200 stays at
-its bandwidth floor only below about 4.5 (Q6_K) to 3 (Q4_K) (../shared/reference/gpu-probe.md).
+Instructions per weight = the instructions of the loop over chunks in a full pass, per chunk
+(a scale table's refill counted once per table), / (vocab rows per warp × 8 values per
+lane): what one lane issues per weight it decodes; at one row per pass an H200 stays at its
+bandwidth floor only below about 4.5 (Q6_K) to 3 (Q4_K) (../shared/reference/gpu-probe.md).
 """
 import collections
 import os
@@ -93,14 +94,36 @@ def chunk_loop(code):
         m = re.search(r"\bBRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", text)
         if m and m.group(1) and int(m.group(1), 16) < address:
             loops.append((int(m.group(1), 16), address))
-    best = []
+    best, best_range = [], (0, -1)
     for start, end in loops:
         if any(start <= s and e < end and (s, e) != (start, end) for s, e in loops):
             continue
         body = [t for a, t in code if start <= a <= end]
         if key(body) > key(best):
-            best = body
-    return best
+            best, best_range = body, (start, end)
+    return best, best_range
+
+
+# Sub-blocks per chunk of the types with sub-block scales (a format fact). A chunk loop that
+# keeps a scale table (kernels.h lmh_table_chunks; its lanes take their scales by indexed
+# shuffle) refills it in a block it jumps over on the other chunks: that block counts once
+# per table's 32 / S chunks.
+SUB_BLOCKS = {"Q2_K": 16, "Q3_K": 16, "Q6_K": 16, "Q4_K": 8, "Q5_K": 8, "IQ4_XS": 8}
+
+
+def issued_per_loop(code, body_range, sub_blocks):
+    """Instructions the loop issues per iteration: every one of the loop's, but a scale table's
+    refill (what a forward branch inside the loop jumps over) counts 1 / (32 / S)."""
+    start, end = body_range
+    body = [(a, t) for a, t in code if start <= a <= end]
+    if not sub_blocks or not any("SHFL.IDX" in t for _, t in body):
+        return len(body)
+    skipped = set()
+    for address, text in body:
+        m = re.search(r"^@!?P\d\s+BRA\s+0x([0-9a-f]+)", text)
+        if m and address < int(m.group(1), 16) <= end:
+            skipped.update(a for a, _ in body if address < a < int(m.group(1), 16))
+    return sum(sub_blocks / 32 if a in skipped else 1 for a, _ in body)
 
 
 def key(body):
@@ -122,10 +145,15 @@ def main():
         for t in (t for t in types if t in held):
             function = f"matvec_{t}_f32"
             registers, local = usage[function]
-            body = chunk_loop(instructions(cuobjdump, cubin, function))
+            code = instructions(cuobjdump, cubin, function)
+            body, body_range = chunk_loop(code)
             ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in body)
+            # A loop may hold more than one chunk (LMH_CHUNKS_PER_STEP, or NVRTC's unrolling):
+            # each chunk has one fma per weight and row, and one more where the decoder has a min.
+            chunks = max(1, round(ops["FFMA"] / (vocab_rows * 8 * (rows + (t in ("Q2_K", "Q4_K", "Q5_K"))))))
+            issued = issued_per_loop(code, body_range, SUB_BLOCKS.get(t)) / chunks
             top = ", ".join(f"{op} {n}" for op, n in ops.most_common(5))
-            print(f"| {t} | {rows} | {vocab_rows} | {registers} | {local} | {len(body)} | {len(body) / (vocab_rows * 8):.1f} | {top} |")
+            print(f"| {t} | {rows} | {vocab_rows} | {registers} | {local} | {len(body)} | {issued / (vocab_rows * 8):.1f} | {top} |")
 
 
 if __name__ == "__main__":

@@ -105,24 +105,25 @@ test "every kernel of the registry has an entry point, in every build" {
     try std.testing.expectError(error.UnknownKernel, default.kernel("matvec_Q6_K"));
 }
 
-test "a shuffle gives each lane its partner's value, round after round, in every simdgroup" {
-    var out: [4 * 5 * 32]u32 = @splat(0xFFFF_FFFF);
+test "a shuffle gives each lane its partner's or its source's value, round after round, in every simdgroup" {
+    var out: [4 * 6 * 32]u32 = @splat(0xFFFF_FFFF);
     const mode: u32 = 0;
     try default.dispatch(try default.kernel("emulator_shuffles"), &Mode{ .mode = mode }, &.{@ptrCast(&out)}, .{ .threadgroups = 2, .threads = 64 });
-    for (0..4) |s| for (0..5) |k| for (0..32) |l| {
-        const partner = l ^ (@as(usize, 16) >> @intCast(k));
-        try std.testing.expectEqual(@as(u32, @intCast((k << 8) | partner)), out[160 * s + 32 * k + l]);
+    for (0..4) |s| for (0..6) |k| for (0..32) |l| {
+        const from = if (k < 5) l ^ (@as(usize, 16) >> @intCast(k)) else (7 * l + 3) % 32;
+        try std.testing.expectEqual(@as(u32, @intCast((k << 8) | from)), out[192 * s + 32 * k + l]);
     };
 }
 
 const Mode = extern struct { mode: u32 };
 
-test "a shuffle some lanes skip, or take with another mask, fails the dispatch" {
+test "a shuffle some lanes skip, take with another mask or kind, or take from no lane fails the dispatch" {
     const kernel = try default.kernel("emulator_diverges");
     var unused: u32 = 0;
     const grid: Grid = .{ .threadgroups = 1, .threads = 32 };
-    try std.testing.expectError(error.DivergentShuffle, default.dispatch(kernel, &Mode{ .mode = 0 }, &.{@ptrCast(&unused)}, grid));
-    try std.testing.expectError(error.DivergentShuffle, default.dispatch(kernel, &Mode{ .mode = 1 }, &.{@ptrCast(&unused)}, grid));
+    for ([_]u32{ 0, 1, 3, 4 }) |mode| {
+        try std.testing.expectError(error.DivergentShuffle, default.dispatch(kernel, &Mode{ .mode = mode }, &.{@ptrCast(&unused)}, grid));
+    }
     try default.dispatch(kernel, &Mode{ .mode = 2 }, &.{@ptrCast(&unused)}, grid);
 }
 

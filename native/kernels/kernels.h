@@ -4,14 +4,15 @@
 // (metal/prelude.metal, native/backends/cuda/prelude.cuh, native/kernels/host/prelude.h)
 // defines the types and the few primitives used here: lmh_u8, lmh_u32, lmh_u64, LMH_FN,
 // LMH_GLOBAL (the address space of buffers), LMH_STATIC_ASSERT, LMH_OFFSETOF,
-// lmh_as_float, lmh_as_uint, lmh_fma, lmh_abs, lmh_shuffle_xor and the loads. Its entry
-// points map the target's thread ids to (simdgroup, simdgroups, lane) and call the bodies.
+// lmh_as_float, lmh_as_uint, lmh_fma, lmh_abs, lmh_shuffle_xor, lmh_shuffle and the
+// loads. Its entry points map the target's thread ids to (simdgroup, simdgroups, lane)
+// and call the bodies.
 //
 // The arithmetic is docs/NUMERICS.md, one statement per rounding; the lint test
 // (native/kernels/lint.zig) keeps library math, vendor reductions, division and half
 // types out. Every f32 buffer is read as bits: a value reaches arithmetic only after its
 // flush point (lmh_flush), so no device's subnormal policy can change a result.
-// Lanes communicate only through lmh_shuffle_xor, always with all 32 lanes present.
+// Lanes communicate only through shuffles, always with all 32 lanes present.
 
 // Tuning: vocab rows per simdgroup, and activation rows per pass sharing each decoded
 // weight. Any values give the same bits (each accumulator sees the canonical order).
@@ -469,29 +470,98 @@ LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     return w;
 }
 
-// Q2_K ((d·sc)·q) − (dmin·m), written fma(d·sc, q, −dmin·m): (d·sc)·q is exact. Value
-// e = 8·lane + i: q = bits 2·((e % 128) >> 5) of qs[32·(e >> 7) + e % 32], sub-block e >> 4.
-LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+// Sub-block scales. Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS give each sub-block of a block
+// (16 of 16 values or 8 of 32) a scale, and Q2_K, Q4_K and Q5_K a min, packed in the block.
+// A lane's 8 values lie in one sub-block, so its weights are fma(d, q, −m) (d·q where there
+// is no min) for the sub-block's d and m: lmh_sub_block_scale unpacks them, and the decoders
+// take them as computed (by the lane, or by another lane: lmh_matvec_chunk; same bits).
+typedef struct { float d; float m; } lmh_scale_min;
+
+// Sub-blocks per 256-value chunk, 0 for types without sub-block scales.
+LMH_FN lmh_u32 lmh_sub_blocks(lmh_u32 type) {
+    switch (type) {
+    case LMH_TYPE_Q2_K:
+    case LMH_TYPE_Q3_K:
+    case LMH_TYPE_Q6_K: return 16u;
+    case LMH_TYPE_Q4_K:
+    case LMH_TYPE_Q5_K:
+    case LMH_TYPE_IQ4_XS: return 8u;
+    default: return 0u;
+    }
+}
+
+// Whether the type's weights subtract a min (fma(d, q, −m): (d·q) − m with d·q exact).
+LMH_FN lmh_u32 lmh_has_min(lmh_u32 type) {
+    return type == LMH_TYPE_Q2_K || type == LMH_TYPE_Q4_K || type == LMH_TYPE_Q5_K ? 1u : 0u;
+}
+
+// Q4_K/Q5_K 6-bit scale and min of sub-block j (ggml get_scale_min_k4), in bits 0-5 and
+// 8-13. The 12 scale bytes are three words: with k = j mod 4, a = s[k], b = s[k + 4],
+// c = s[k + 8]. For j < 4 sc = a & 63 and m = b & 63; else sc = (c & 15) | (a >> 6) << 4
+// and m = (c >> 4) | (b >> 6) << 4 (s[j + 4] = c, s[j − 4] = a, s[j] = b).
+LMH_FN lmh_u32 lmh_k4_scale_min(LMH_GLOBAL const lmh_u8 *s, lmh_u32 j) {
+    lmh_u32 k = (j & 3u) << 3;
+    lmh_u32 a = (lmh_load32(s) >> k) & 0xFFu;
+    lmh_u32 b = (lmh_load32(s + 4) >> k) & 0xFFu;
+    lmh_u32 c = (lmh_load32(s + 8) >> k) & 0xFFu;
+    lmh_u32 sc = j < 4u ? a & 63u : (c & 15u) | ((a >> 6) << 4);
+    lmh_u32 m = j < 4u ? b & 63u : (c >> 4) | ((b >> 6) << 4);
+    return sc | (m << 8);
+}
+
+// The d and m of sub-block j of the block at `chunk` (m = +0 for types without a min):
+// Q2_K d·(sc & 15), dmin·(sc >> 4); Q3_K d·(s − 32), s the 6-bit scale; Q4_K/Q5_K d·sc,
+// dmin·m (6-bit scale and min); Q6_K d·sc, sc a signed byte; IQ4_XS d·(ls − 32), ls the
+// 6-bit scale. Each a product of an f16 and a small integer: exact.
+LMH_FN lmh_scale_min lmh_sub_block_scale(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 j) {
+    lmh_scale_min r;
+    r.m = 0.0f;
+    if (type == LMH_TYPE_Q2_K) {
+        LMH_GLOBAL const lmh_block_q2_k *b = (LMH_GLOBAL const lmh_block_q2_k *)chunk;
+        lmh_u32 sc = b->scales[j];
+        lmh_u32 d_dmin = lmh_load32(b->d); // d, then dmin
+        r.d = lmh_f16(d_dmin & 0xFFFFu) * lmh_int(sc & 15u, 0u);
+        r.m = lmh_f16(d_dmin >> 16) * lmh_int(sc >> 4, 0u);
+    } else if (type == LMH_TYPE_Q3_K) {
+        LMH_GLOBAL const lmh_block_q3_k *b = (LMH_GLOBAL const lmh_block_q3_k *)chunk;
+        lmh_u32 low = ((lmh_u32)b->scales[j & 7u] >> ((j >> 3) << 2)) & 15u;
+        lmh_u32 high = ((lmh_u32)b->scales[8u + (j & 3u)] >> ((j >> 2) << 1)) & 3u;
+        r.d = lmh_f16(lmh_load16(b->d)) * lmh_int(low | (high << 4), 32u);
+    } else if (type == LMH_TYPE_Q4_K || type == LMH_TYPE_Q5_K) {
+        // Q5_K's d, dmin and scales sit where Q4_K's do.
+        LMH_GLOBAL const lmh_block_q4_k *b = (LMH_GLOBAL const lmh_block_q4_k *)chunk;
+        lmh_u32 sm = lmh_k4_scale_min(b->scales, j);
+        lmh_u32 d_dmin = lmh_load32(b->d); // d, then dmin
+        r.d = lmh_f16(d_dmin & 0xFFFFu) * lmh_int(sm & 63u, 0u);
+        r.m = lmh_f16(d_dmin >> 16) * lmh_int(sm >> 8, 0u);
+    } else if (type == LMH_TYPE_Q6_K) {
+        LMH_GLOBAL const lmh_block_q6_k *b = (LMH_GLOBAL const lmh_block_q6_k *)chunk;
+        r.d = lmh_f16(lmh_load16(b->d)) * lmh_int((lmh_u32)b->scales[j] ^ 0x80u, 128u);
+    } else {
+        LMH_GLOBAL const lmh_block_iq4_xs *b = (LMH_GLOBAL const lmh_block_iq4_xs *)chunk;
+        lmh_u32 d_high = lmh_load32(b->d); // d, then scales_h
+        lmh_u32 low = (lmh_load32(b->scales_l) >> (j << 2)) & 15u;
+        lmh_u32 high = (d_high >> (16u + (j << 1))) & 3u;
+        r.d = lmh_f16(d_high & 0xFFFFu) * lmh_int(low | (high << 4), 32u);
+    }
+    return r;
+}
+
+// Q2_K fma(d, q, −m) with q the 2-bit code. Value e = 8·lane + i: q = bits 2·((e % 128) >> 5)
+// of qs[32·(e >> 7) + e % 32], sub-block e >> 4.
+LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_scale_min s) {
     LMH_GLOBAL const lmh_block_q2_k *b = (LMH_GLOBAL const lmh_block_q2_k *)chunk;
-    lmh_u32 sc = b->scales[lane >> 1];
-    lmh_u32 d_dmin = lmh_load32(b->d); // d, then dmin
-    float dl = lmh_f16(d_dmin & 0xFFFFu) * lmh_int(sc & 15u, 0u);
-    float ml = lmh_f16(d_dmin >> 16) * lmh_int(sc >> 4, 0u);
     lmh_u32 at = ((lane >> 4) << 5) + ((lane & 3u) << 3);
     lmh_u32 shift = ((lane >> 2) & 3u) << 1;
     lmh_bytes8 q = lmh_bits(lmh_load_words8(b->qs + at), shift, 0x03030303u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(dl, lmh_code(q, i, 0u), -ml);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(s.d, lmh_code(q, i, 0u), -s.m);
     return w;
 }
 
-// Q3_K (d·(s−32))·q, q = q2 − 4·(1 − hbit); s is the 6-bit scale of sub-block j = lane >> 1.
-LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+// Q3_K d·q, q = q2 − 4·(1 − hbit).
+LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_scale_min s) {
     LMH_GLOBAL const lmh_block_q3_k *b = (LMH_GLOBAL const lmh_block_q3_k *)chunk;
-    lmh_u32 j = lane >> 1;
-    lmh_u32 low = ((lmh_u32)b->scales[j & 7u] >> ((j >> 3) << 2)) & 15u;
-    lmh_u32 high = ((lmh_u32)b->scales[8u + (j & 3u)] >> ((j >> 2) << 1)) & 3u;
-    float dl = lmh_f16(lmh_load16(b->d)) * lmh_int(low | (high << 4), 32u);
     lmh_u32 first = (lane & 3u) << 3;
     lmh_u32 at = ((lane >> 4) << 5) + first;
     lmh_u32 shift = ((lane >> 2) & 3u) << 1;
@@ -499,70 +569,28 @@ LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     lmh_bytes8 q2 = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x03030303u);
     lmh_bytes8 q = lmh_merge(q2, lmh_bits(lmh_load_bytes8(b->hmask + first), hshift, 0x01010101u), 2u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_code(q, i, 4u);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = s.d * lmh_code(q, i, 4u);
     return w;
 }
 
-// Q4_K/Q5_K 6-bit scale (sc) and min (m) of sub-block j (ggml get_scale_min_k4), as floats.
-typedef struct { float sc; float m; } lmh_scale_min;
-
-// The 12 scale bytes are three words: with k = j mod 4, a = s[k], b = s[k + 4], c = s[k + 8].
-// For j < 4 sc = a & 63 and m = b & 63; else sc = (c & 15) | (a >> 6) << 4 and
-// m = (c >> 4) | (b >> 6) << 4 (s[j + 4] = c, s[j − 4] = a, s[j] = b).
-LMH_FN lmh_scale_min lmh_k4_scale_min(LMH_GLOBAL const lmh_u8 *s, lmh_u32 j) {
-    lmh_u32 k = (j & 3u) << 3;
-    lmh_u32 a = (lmh_load32(s) >> k) & 0xFFu;
-    lmh_u32 b = (lmh_load32(s + 4) >> k) & 0xFFu;
-    lmh_u32 c = (lmh_load32(s + 8) >> k) & 0xFFu;
-    lmh_u32 sc = j < 4u ? a & 63u : (c & 15u) | ((a >> 6) << 4);
-    lmh_u32 m = j < 4u ? b & 63u : (c >> 4) | ((b >> 6) << 4);
-    lmh_scale_min r;
-    r.sc = lmh_int(sc, 0u);
-    r.m = lmh_int(m, 0u);
-    return r;
-}
-
-// Q4_K/Q5_K ((d·sc)·q) − (dmin·m), written fma(d·sc, q, −dmin·m): (d·sc)·q is exact.
-// Value e = 8·lane + i: nibble (e % 64) >> 5 of qs[32·(e >> 6) + e % 32], sub-block
-// e >> 5; Q5_K's fifth bit is bit e >> 5 of qh[e % 32].
-LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type) {
-    LMH_GLOBAL const lmh_u8 *d;
-    LMH_GLOBAL const lmh_u8 *scales;
-    LMH_GLOBAL const lmh_u8 *qs;
-    LMH_GLOBAL const lmh_u8 *qh = 0;
-    if (type == LMH_TYPE_Q4_K) {
-        LMH_GLOBAL const lmh_block_q4_k *b = (LMH_GLOBAL const lmh_block_q4_k *)chunk;
-        d = b->d;
-        scales = b->scales;
-        qs = b->qs;
-    } else {
-        LMH_GLOBAL const lmh_block_q5_k *b = (LMH_GLOBAL const lmh_block_q5_k *)chunk;
-        d = b->d;
-        scales = b->scales;
-        qs = b->qs;
-        qh = b->qh;
-    }
-    lmh_u32 j = lane >> 2;
-    lmh_scale_min sm = lmh_k4_scale_min(scales, j);
-    lmh_u32 d_dmin = lmh_load32(d); // d, then dmin
-    float d1 = lmh_f16(d_dmin & 0xFFFFu) * sm.sc;
-    float m1 = lmh_f16(d_dmin >> 16) * sm.m;
+// Q4_K/Q5_K fma(d, q, −m). Value e = 8·lane + i: nibble (e % 64) >> 5 of
+// qs[32·(e >> 6) + e % 32], sub-block e >> 5; Q5_K's fifth bit is bit e >> 5 of qh[e % 32].
+LMH_FN lmh_f8 lmh_decode_q45_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type, lmh_scale_min s) {
+    LMH_GLOBAL const lmh_u8 *qs = type == LMH_TYPE_Q4_K ? ((LMH_GLOBAL const lmh_block_q4_k *)chunk)->qs : ((LMH_GLOBAL const lmh_block_q5_k *)chunk)->qs;
     lmh_u32 first = (lane & 3u) << 3;
     lmh_u32 at = ((lane >> 3) << 5) + first;
     lmh_u32 shift = ((lane >> 2) & 1u) << 2;
     lmh_bytes8 q = lmh_bits(lmh_load_words8(qs + at), shift, 0x0F0F0F0Fu);
-    if (type == LMH_TYPE_Q5_K) q = lmh_merge(q, lmh_bits(lmh_load_words8(qh + first), j, 0x01010101u), 4u);
+    if (type == LMH_TYPE_Q5_K) q = lmh_merge(q, lmh_bits(lmh_load_words8(((LMH_GLOBAL const lmh_block_q5_k *)chunk)->qh + first), lane >> 2, 0x01010101u), 4u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(d1, lmh_code(q, i, 0u), -m1);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_fma(s.d, lmh_code(q, i, 0u), -s.m);
     return w;
 }
 
-// Q6_K (d·sc)·(q − 32), sc a signed byte per 16 values. Value e = 8·lane + i, n = e >> 7,
-// c = (e % 128) >> 5: low 4 bits from ql[64n + 32(c & 1) + e % 32] >> 4(c >> 1), high 2
-// bits from qh[32n + e % 32] >> 2c.
-LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+// Q6_K d·(q − 32). Value e = 8·lane + i, n = e >> 7, c = (e % 128) >> 5: low 4 bits from
+// ql[64n + 32(c & 1) + e % 32] >> 4(c >> 1), high 2 bits from qh[32n + e % 32] >> 2c.
+LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_scale_min s) {
     LMH_GLOBAL const lmh_block_q6_k *b = (LMH_GLOBAL const lmh_block_q6_k *)chunk;
-    float ds = lmh_f16(lmh_load16(b->d)) * lmh_int((lmh_u32)b->scales[lane >> 1] ^ 0x80u, 128u);
     lmh_u32 n = lane >> 4;
     lmh_u32 c = (lane >> 2) & 3u;
     lmh_u32 first = (lane & 3u) << 3;
@@ -573,24 +601,19 @@ LMH_FN lmh_f8 lmh_decode_q6_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     lmh_bytes8 low = lmh_bits(lmh_load_bytes8(b->ql + low_at), low_shift, 0x0F0F0F0Fu);
     lmh_bytes8 q = lmh_merge(low, lmh_bits(lmh_load_bytes8(b->qh + high_at), high_shift, 0x03030303u), 4u);
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = ds * lmh_code(q, i, 32u);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = s.d * lmh_code(q, i, 32u);
     return w;
 }
 
-// IQ4_XS (d·(ls−32))·K[q], ls the 6-bit scale of sub-block j = lane >> 2; lane 4j+k has
-// values 8k.. of it: the low (k < 2) or high nibbles of qs[16j + 8(k & 1) ..].
-LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+// IQ4_XS d·K[q]; lane 4j+k has values 8k.. of sub-block j: the low (k < 2) or high nibbles
+// of qs[16j + 8(k & 1) ..].
+LMH_FN lmh_f8 lmh_decode_iq4_xs(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_scale_min s) {
     LMH_GLOBAL const lmh_block_iq4_xs *b = (LMH_GLOBAL const lmh_block_iq4_xs *)chunk;
-    lmh_u32 j = lane >> 2;
-    lmh_u32 d_high = lmh_load32(b->d); // d, then scales_h
-    lmh_u32 low = (lmh_load32(b->scales_l) >> (j << 2)) & 15u;
-    lmh_u32 high = (d_high >> (16u + (j << 1))) & 3u;
-    float dl = lmh_f16(d_high & 0xFFFFu) * lmh_int(low | (high << 4), 32u);
-    lmh_u32 at = (j << 4) + ((lane & 1u) << 3);
+    lmh_u32 at = ((lane >> 2) << 4) + ((lane & 1u) << 3);
     lmh_u32 shift = (lane & 2u) << 1;
     lmh_bytes8 q = lmh_iq4(lmh_bits(lmh_load_words8(b->qs + at), shift, 0x0F0F0F0Fu));
     lmh_f8 w;
-    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = dl * lmh_code(q, i, 128u);
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = s.d * lmh_code(q, i, 128u);
     return w;
 }
 
@@ -664,8 +687,8 @@ LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
 
 // `type` is a literal at every entry point, so inlining leaves one decoder per kernel.
 // `load` (a literal) says how a dense row's values may be read; `values` counts from the
-// chunk's first value.
-LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 load) {
+// chunk's first value; `s` is the lane's sub-block scale (types with sub-block scales).
+LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 load, lmh_scale_min s) {
     switch (type) {
     case LMH_TYPE_Q4_0:
     case LMH_TYPE_IQ4_NL:
@@ -676,16 +699,16 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
     case LMH_TYPE_Q8_0:
         return lmh_decode_q8_0(chunk, lane);
     case LMH_TYPE_Q2_K:
-        return lmh_decode_q2_k(chunk, lane);
+        return lmh_decode_q2_k(chunk, lane, s);
     case LMH_TYPE_Q3_K:
-        return lmh_decode_q3_k(chunk, lane);
+        return lmh_decode_q3_k(chunk, lane, s);
     case LMH_TYPE_Q4_K:
     case LMH_TYPE_Q5_K:
-        return lmh_decode_q45_k(chunk, lane, type);
+        return lmh_decode_q45_k(chunk, lane, type, s);
     case LMH_TYPE_Q6_K:
-        return lmh_decode_q6_k(chunk, lane);
+        return lmh_decode_q6_k(chunk, lane, s);
     case LMH_TYPE_IQ4_XS:
-        return lmh_decode_iq4_xs(chunk, lane);
+        return lmh_decode_iq4_xs(chunk, lane, s);
     default:
         return lmh_decode_dense(chunk, lane, values, load, type);
     }
@@ -776,13 +799,72 @@ LMH_FN void lmh_prefetch_bytes(LMH_GLOBAL const lmh_u8 *p, lmh_u64 bytes, lmh_u3
 typedef struct { float v[LMH_VOCAB_ROWS_PER_SIMDGROUP][LMH_ROWS_PER_PASS]; } lmh_tile;
 typedef struct { LMH_GLOBAL const lmh_u8 *row[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } lmh_vocab_rows;
 
+// Lane `lane`'s own sub-block scale in the chunk at `chunk`: its 8 values lie in sub-block
+// lane·S / 32 of S. Zeros for a type without sub-block scales.
+LMH_FN lmh_scale_min lmh_lane_scale(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+    if (lmh_sub_blocks(type) != 0u) return lmh_sub_block_scale(type, chunk, (lane * lmh_sub_blocks(type)) >> 5);
+    lmh_scale_min r;
+    r.d = 0.0f;
+    r.m = 0.0f;
+    return r;
+}
+
+// Unpacking a sub-block's scale and min costs a lane about 24 instructions for Q4_K's and
+// Q5_K's packed 6-bit fields (a third of a one-row chunk), and the 8 sub-blocks of a chunk
+// are shared by 4 lanes each. So in kernels of 1 or 2 rows per pass (CUDA's for N = 1 and
+// 2) a simdgroup unpacks the scales of 4 chunks at once, a sub-block a lane
+// (lmh_refill_table), and each lane then takes its own from the lane that holds it
+// (lmh_matvec_chunk), a shuffle per value. Measured on an H200 (bench/results/cuda-h200.md):
+// Q4_K and Q5_K 10-12% faster at N = 1 and 5-7% at N = 2, but slower with 4 or 8 rows per
+// pass (up to 19% at N = 8); for Q2_K, Q3_K, Q6_K and IQ4_XS, whose lanes unpack less,
+// slower at most N (Q2_K up to 27%, Q6_K 21%, IQ4_XS 41%) and nowhere 4% faster. So only
+// those kernels of those two types keep a table, and every other lane unpacks its own scale
+// (lmh_lane_scale). Chunks per table (32 / S), or 0 for none.
+LMH_FN lmh_u32 lmh_table_chunks(lmh_u32 type) {
+    lmh_u32 packed = type == LMH_TYPE_Q4_K || type == LMH_TYPE_Q5_K;
+    return packed != 0u && LMH_ROWS_PER_PASS <= 2u ? 4u : 0u;
+}
+
+// A scale table: lane l's (d, m) for each vocab row (unused where group is 0).
+typedef struct { lmh_scale_min v[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } lmh_scales;
+
+// The table for chunk c of a pass, tables of `group` chunks (a literal, 0 for none), vocab.row[m]
+// at chunk c in the weights and `chunks` chunks from c on: `table` still, or refilled where c
+// starts a table: then lane l holds sub-block l % S of chunk c + l / S (of the last chunk,
+// past the row), S = 32 / group.
+LMH_FN lmh_scales lmh_refill_table(lmh_u32 type, lmh_u32 group, lmh_scales table, lmh_vocab_rows vocab, lmh_u32 c, lmh_u32 chunks, lmh_u32 lane) {
+    if (group == 0u || (c & (group - 1u)) != 0u) return table;
+    lmh_u32 k = (lane * group) >> 5;
+    k = k < chunks ? k : chunks - 1u;
+    lmh_scales r;
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+        r.v[m] = lmh_sub_block_scale(type, vocab.row[m] + k * lmh_chunk_bytes(type), lane & (lmh_sub_blocks(type) - 1u));
+    }
+    return r;
+}
+
 // Chunk c of a pass, whose bytes in each vocab row start at vocab.row[m]: each decoded
-// weight serves every row of the pass. rows_per_pass and load are literals at every call,
-// so the loops unroll and the arrays live in registers.
-LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
+// weight serves every row of the pass. Each lane's scales come from `table`, refilled for c,
+// whose tables are `group` chunks, or with group 0 from its own unpacking. Every lane runs
+// every whole chunk, so every lane takes each shuffle; a partial chunk has group 0.
+// rows_per_pass, group and load are literals at every call, so the loops unroll and the
+// arrays live in registers.
+LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_scales table, lmh_u32 group, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
     lmh_u32 at = (c << 8) + (lane << 3);
     lmh_f8 wv[LMH_VOCAB_ROWS_PER_SIMDGROUP];
-    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) wv[m] = lmh_decode(type, vocab.row[m], lane, p.hidden - (c << 8), load);
+    if (group != 0u) {
+        // Every row's shuffles before any decode, so their latencies overlap (measured: taken
+        // one row at a time, Q4_K and Q5_K were 9-19% slower than with no table at all).
+        lmh_u32 from = (c & (group - 1u)) * lmh_sub_blocks(type) + ((lane * lmh_sub_blocks(type)) >> 5); // holds ours
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+            table.v[m].d = lmh_as_float(lmh_shuffle(lmh_as_uint(table.v[m].d), from));
+            table.v[m].m = lmh_has_min(type) != 0u ? lmh_as_float(lmh_shuffle(lmh_as_uint(table.v[m].m), from)) : 0.0f;
+        }
+    }
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+        lmh_scale_min s = group != 0u ? table.v[m] : lmh_lane_scale(type, vocab.row[m], lane);
+        wv[m] = lmh_decode(type, vocab.row[m], lane, p.hidden - (c << 8), load, s);
+    }
     for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
         lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, load);
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
@@ -831,17 +913,22 @@ LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_
         LMH_STAGE_COMMIT();
     }
     lmh_u32 stage = 0u; // chunk c's
+    lmh_u32 group = lmh_table_chunks(type);
+    lmh_scales table = { { { 0.0f, 0.0f } } };
     for (lmh_u32 c = 0u; c < chunks; c++) {
         LMH_STAGE_WAIT(LMH_STAGES - 2u);
         LMH_STAGE_SYNC();
         lmh_u32 refill = stage == 0u ? LMH_STAGES - 1u : stage - 1u; // read for chunk c - 1
         if (c + LMH_STAGES - 1u < chunks) lmh_stage_chunk(vocab, chunk_bytes, c + LMH_STAGES - 1u, ring + refill * LMH_STAGE_BYTES, lane);
         LMH_STAGE_COMMIT();
+        lmh_vocab_rows at; // chunk c in the weights
         lmh_vocab_rows staged;
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
-            staged.row[m] = ring + stage * LMH_STAGE_BYTES + m * LMH_STAGE_ROW_BYTES + lmh_stage_skew(vocab.row[m] + c * chunk_bytes);
+            at.row[m] = vocab.row[m] + c * chunk_bytes;
+            staged.row[m] = ring + stage * LMH_STAGE_BYTES + m * LMH_STAGE_ROW_BYTES + lmh_stage_skew(at.row[m]);
         }
-        acc = lmh_matvec_chunk(p, type, x, staged, row0, rows_per_pass, c, load, lane, acc);
+        table = lmh_refill_table(type, group, table, at, c, chunks - c, lane);
+        acc = lmh_matvec_chunk(p, type, x, staged, table, group, row0, rows_per_pass, c, load, lane, acc);
         stage = stage + 1u == LMH_STAGES ? 0u : stage + 1u;
     }
     return acc;
@@ -855,15 +942,21 @@ LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_G
     if (lmh_dense(type) == 0u) return lmh_matvec_staged_chunks(p, type, x, vocab, row0, rows_per_pass, load, lane, acc);
 #endif
     lmh_u32 chunks = p.hidden >> 8;
+    lmh_u32 group = lmh_table_chunks(type);
+    lmh_scales table = { { { 0.0f, 0.0f } } };
     lmh_u32 c = 0u;
     for (; c + LMH_CHUNKS_PER_STEP <= chunks; c += LMH_CHUNKS_PER_STEP) {
 #pragma unroll
         for (lmh_u32 k = 0u; k < LMH_CHUNKS_PER_STEP; k++) {
-            acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, c + k, load, lane, acc);
+            table = lmh_refill_table(type, group, table, vocab, c + k, chunks - (c + k), lane);
+            acc = lmh_matvec_chunk(p, type, x, vocab, table, group, row0, rows_per_pass, c + k, load, lane, acc);
             for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += lmh_chunk_bytes(type);
         }
     }
-    if (LMH_CHUNKS_PER_STEP > 1u && c < chunks) acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, c, load, lane, acc);
+    if (LMH_CHUNKS_PER_STEP > 1u && c < chunks) {
+        table = lmh_refill_table(type, group, table, vocab, c, chunks - c, lane);
+        acc = lmh_matvec_chunk(p, type, x, vocab, table, group, row0, rows_per_pass, c, load, lane, acc);
+    }
     return acc;
 }
 
@@ -905,7 +998,8 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
     lmh_u32 whole_chunks = p.hidden >> 8;
     if (whole_chunks < p.chunks && (whole_chunks << 8) + (lane << 3) < p.hidden) {
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += whole_chunks * lmh_chunk_bytes(type);
-        acc = lmh_matvec_chunk(p, type, x, vocab, row0, rows_per_pass, whole_chunks, LMH_LOAD_PARTIAL, lane, acc);
+        lmh_scales none = { { { 0.0f, 0.0f } } };
+        acc = lmh_matvec_chunk(p, type, x, vocab, none, 0u, row0, rows_per_pass, whole_chunks, LMH_LOAD_PARTIAL, lane, acc);
     }
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) {

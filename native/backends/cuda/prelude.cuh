@@ -97,3 +97,7 @@ LMH_FN lmh_words4 lmh_load_words4(const lmh_u32 *p) {
 LMH_FN lmh_u32 lmh_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
     return __shfl_xor_sync(0xFFFFFFFFu, bits, (int)mask);
 }
+
+LMH_FN lmh_u32 lmh_shuffle(lmh_u32 bits, lmh_u32 source) {
+    return __shfl_sync(0xFFFFFFFFu, bits, (int)source);
+}

@@ -4,12 +4,12 @@
 //
 // A simdgroup's 32 lanes run as fibers (glibc ucontext), each executing the per-lane body
 // as a GPU lane would. Fibers are the simplest faithful model: a body is plain SIMT code,
-// and the only cross-lane operation, lmh_shuffle_xor, becomes a rendezvous. Lanes run in
-// turn, 0 to 31, each up to its next shuffle, where it publishes its value and passes to
-// the next lane; when lane 0 runs again, every lane has published, so each reads its
-// partner's value. Values are double-buffered by shuffle parity, so a lane that runs
+// and the only cross-lane operations, lmh_shuffle_xor and lmh_shuffle, become a rendezvous.
+// Lanes run in turn, 0 to 31, each up to its next shuffle, where it publishes its value and
+// passes to the next lane; when lane 0 runs again, every lane has published, so each reads
+// its partner's or its source's value. Values are double-buffered by shuffle parity, so a lane that runs
 // ahead to its next shuffle cannot overwrite what a slower lane has yet to read. Every
-// lane must reach the same shuffle with the same mask, or all must return: anything else
+// lane must reach the same shuffle with the same mask (or all an indexed one), or all must return: anything else
 // is divergence, which a GPU's shuffle does not allow, and fails the dispatch.
 //
 // Built three times by build.zig: with the source's default tuning, and under other symbol
@@ -75,7 +75,7 @@ enum {
     dispatch_bad_stage = 8,
 };
 
-enum { lane_count = 32, lane_stack_bytes = 64 * 1024, no_type = 0xFFFFFFFFu, pending_copies = 64, stage_poison = 0xA5 };
+enum { lane_count = 32, lane_stack_bytes = 64 * 1024, no_type = 0xFFFFFFFFu, pending_copies = 64, stage_poison = 0xA5, indexed_shuffle = lane_count };
 
 typedef void (*lmh_body)(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane);
 
@@ -122,17 +122,21 @@ static _Thread_local const lmh_u8 *weights_end;
 LMH_HEAD_TYPES(LMH_MATVEC_ENTRY)
 
 // Self-tests of the emulator, not kernels of the library (emulator_test.zig).
-// emulator_shuffles: out[160·s + 32·k + l] = what lane l of simdgroup s receives from the
-// k-th of five shuffles, masks 16, 8, 4, 2, 1, each lane sending (k << 8) | lane.
+// emulator_shuffles: out[192·s + 32·k + l] = what lane l of simdgroup s receives from the
+// k-th of six shuffles, xor masks 16, 8, 4, 2, 1, then from lane (7·l + 3) % 32, each lane
+// sending (k << 8) | lane.
 static void run_shuffles(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
     (void)params;
     (void)simdgroups;
-    lmh_u32 *out = (lmh_u32 *)buffers[0] + (lmh_u64)simdgroup * 5u * lane_count;
+    lmh_u32 *out = (lmh_u32 *)buffers[0] + (lmh_u64)simdgroup * 6u * lane_count;
     for (lmh_u32 k = 0; k < 5u; k++) out[k * lane_count + lane] = lmh_shuffle_xor((k << 8) | lane, 16u >> k);
+    out[5u * lane_count + lane] = lmh_shuffle((5u << 8) | lane, (7u * lane + 3u) & 31u);
 }
 
 // emulator_diverges: mode 0, lane 0 shuffles once more than the others; mode 1, lane 3
-// shuffles with another mask; mode 2, every lane shuffles alike (no divergence).
+// shuffles with another mask; mode 2, every lane shuffles alike (no divergence); mode 3,
+// lane 3 takes an xor shuffle where the others take an indexed one; mode 4, lane 5 names a
+// source lane past the simdgroup.
 static void run_diverges(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
     lmh_u32 mode;
     memcpy(&mode, params, sizeof mode);
@@ -142,6 +146,8 @@ static void run_diverges(const void *params, void *const *buffers, lmh_u32 simdg
     if (mode == 0u && lane == 0u) lmh_shuffle_xor(0u, 1u);
     if (mode == 1u) lmh_shuffle_xor(0u, lane == 3u ? 2u : 1u);
     if (mode == 2u) lmh_shuffle_xor(0u, 1u);
+    if (mode == 3u) (void)(lane == 3u ? lmh_shuffle_xor(0u, 1u) : lmh_shuffle(0u, 1u));
+    if (mode == 4u) lmh_shuffle(0u, lane == 5u ? 32u : lane);
 }
 
 typedef struct {
@@ -259,11 +265,14 @@ static void check_round(lmh_simdgroup *g, lmh_u32 lane, int returned, lmh_u32 ma
     }
 }
 
-static lmh_u32 lmh_emulator_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
+// A round: the lane publishes its bits and passes to the next lane; it reads lane `from`'s
+// bits of the round once every lane has published. `kind` is what every lane must agree
+// on: the mask of an xor shuffle, or indexed_shuffle (whose sources may differ).
+static lmh_u32 shuffle_round(lmh_u32 bits, lmh_u32 kind, lmh_u32 from) {
     lmh_simdgroup *g = current;
     lmh_u32 lane = g->running;
-    if (mask >= lane_count) fail(g, dispatch_divergent);
-    check_round(g, lane, 0, mask);
+    if (from >= lane_count) fail(g, dispatch_divergent);
+    check_round(g, lane, 0, kind);
     lmh_u32 parity = g->parity[lane];
     g->slots[parity][lane] = bits;
     g->parity[lane] = parity ^ 1u;
@@ -271,7 +280,15 @@ static lmh_u32 lmh_emulator_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
     g->running = next;
     if (swapcontext(&g->lanes[lane], &g->lanes[next]) != 0) abort();
     // Lane 0 runs again only after lane 31 has published: every value of the round is in.
-    return g->slots[parity][lane ^ mask];
+    return g->slots[parity][from];
+}
+
+static lmh_u32 lmh_emulator_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
+    return shuffle_round(bits, mask, current->running ^ mask);
+}
+
+static lmh_u32 lmh_emulator_shuffle(lmh_u32 bits, lmh_u32 source) {
+    return shuffle_round(bits, indexed_shuffle, source);
 }
 
 #ifdef LMH_EMULATOR_STAGED

@@ -55,9 +55,14 @@ LMH_FN lmh_words4 lmh_load_words4(const lmh_u32 *p) {
 }
 
 // The emulator's rendezvous (emulator.c): every lane publishes its bits, then each reads
-// its partner's.
+// its partner's (lane ^ mask) or its source's.
 static lmh_u32 lmh_emulator_shuffle_xor(lmh_u32 bits, lmh_u32 mask);
+static lmh_u32 lmh_emulator_shuffle(lmh_u32 bits, lmh_u32 source);
 
 LMH_FN lmh_u32 lmh_shuffle_xor(lmh_u32 bits, lmh_u32 mask) {
     return lmh_emulator_shuffle_xor(bits, mask);
+}
+
+LMH_FN lmh_u32 lmh_shuffle(lmh_u32 bits, lmh_u32 source) {
+    return lmh_emulator_shuffle(bits, source);
 }

@@ -19,6 +19,7 @@ float __fmaf_rn(float a, float b, float c);
 float fabsf(float value);
 unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int selector);
 unsigned int __shfl_xor_sync(unsigned int members, unsigned int value, int lane_mask);
+unsigned int __shfl_sync(unsigned int members, unsigned int value, int source_lane);
 [[noreturn]] void __trap(void);
 void __syncwarp(void);
 unsigned long long __cvta_generic_to_shared(const void *pointer);
