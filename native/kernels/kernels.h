@@ -828,10 +828,10 @@ LMH_FN lmh_u32 lmh_table_chunks(lmh_u32 type) {
 // A scale table: lane l's (d, m) for each vocab row (unused where group is 0).
 typedef struct { lmh_scale_min v[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } lmh_scales;
 
-// The table for chunk c of a pass, tables of `group` chunks (a literal, 0 for none), vocab.row[m]
-// at chunk c in the weights and `chunks` chunks from c on: `table` still, or refilled where c
-// starts a table: then lane l holds sub-block l % S of chunk c + l / S (of the last chunk,
-// past the row), S = 32 / group.
+// The table for chunk c of a pass, in tables of `group` chunks (a literal, 0 for none), with
+// vocab.row[m] at chunk c in the weights and `chunks` chunks from c on: `table` still, or
+// refilled where c starts a table: then lane l holds sub-block l % S of chunk c + l / S (of
+// the last chunk, past the row), S = 32 / group.
 LMH_FN lmh_scales lmh_refill_table(lmh_u32 type, lmh_u32 group, lmh_scales table, lmh_vocab_rows vocab, lmh_u32 c, lmh_u32 chunks, lmh_u32 lane) {
     if (group == 0u || (c & (group - 1u)) != 0u) return table;
     lmh_u32 k = (lane * group) >> 5;
@@ -854,7 +854,7 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
     lmh_f8 wv[LMH_VOCAB_ROWS_PER_SIMDGROUP];
     if (group != 0u) {
         // Every row's shuffles before any decode, so their latencies overlap (measured: taken
-        // one row at a time, Q4_K and Q5_K were 9-19% slower than with no table at all).
+        // one row at a time, no faster than no table, and up to 19% slower).
         lmh_u32 from = (c & (group - 1u)) * lmh_sub_blocks(type) + ((lane * lmh_sub_blocks(type)) >> 5); // holds ours
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
             table.v[m].d = lmh_as_float(lmh_shuffle(lmh_as_uint(table.v[m].d), from));

@@ -7,10 +7,11 @@
 // and the only cross-lane operations, lmh_shuffle_xor and lmh_shuffle, become a rendezvous.
 // Lanes run in turn, 0 to 31, each up to its next shuffle, where it publishes its value and
 // passes to the next lane; when lane 0 runs again, every lane has published, so each reads
-// its partner's or its source's value. Values are double-buffered by shuffle parity, so a lane that runs
-// ahead to its next shuffle cannot overwrite what a slower lane has yet to read. Every
-// lane must reach the same shuffle with the same mask (or all an indexed one), or all must return: anything else
-// is divergence, which a GPU's shuffle does not allow, and fails the dispatch.
+// its partner's or its source's value. Values are double-buffered by shuffle parity, so a
+// lane that runs ahead to its next shuffle cannot overwrite what a slower lane has yet to
+// read. Every lane must reach the same shuffle with the same mask (or all an indexed one),
+// or all must return: anything else is divergence, which a GPU's shuffle does not allow, and
+// fails the dispatch.
 //
 // Built three times by build.zig: with the source's default tuning, and under other symbol
 // prefixes (LMH_EMULATOR) with another tuning and with a ring of stages (LMH_STAGES), to show
