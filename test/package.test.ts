@@ -60,4 +60,7 @@ test.skipIf(process.platform !== "linux" || process.arch !== "x64")(
       rmSync(project, { recursive: true, force: true });
     }
   },
+  // From a fresh clone, ./lmhead package builds the library in ReleaseFast for every CPU level
+  // and for macOS: over the suite's 120 s on a 2-core machine (twice on 2026-12-01).
+  600_000,
 );
