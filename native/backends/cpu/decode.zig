@@ -56,12 +56,6 @@ inline fn concat(comptime E: type, comptime n: usize, a: @Vector(n, E), b: @Vect
     return @shuffle(E, a, b, concatMask(n));
 }
 
-inline fn half(comptime E: type, comptime n: usize, v: @Vector(2 * n, E), comptime hi: bool) @Vector(n, E) {
-    comptime var m: [n]i32 = undefined;
-    inline for (0..n) |j| m[j] = if (hi) n + j else j;
-    return @shuffle(E, v, undefined, m);
-}
-
 /// Unaligned little-endian vector load of n elements of E from the start of p.
 inline fn load(comptime E: type, comptime n: usize, p: []const u8) @Vector(n, E) {
     const bytes = p[0 .. n * @sizeOf(E)];
@@ -142,13 +136,40 @@ inline fn perLane(comptime n: usize, v: @Vector(n, f32)) V32f {
 const codes_through_l1 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f) and
     !std.Target.x86.featureSetHas(builtin.cpu.features, .prefer_256_bit);
 
-/// Converts lane-major codes and writes out = scale·q (+ or − min), step by step. scale·q
-/// is exact, so one fma rounds the sum as NUMERICS.md §2 rounds it.
-inline fn emit(comptime E: type, lm: [4]@Vector(64, u8), scale: V32f, comptime min_op: enum { none, add, sub }, min: V32f, out: *[256]f32) void {
-    const V16f = @Vector(16, f32);
+/// Whether emit converts its codes a group of 8 lanes at a time (8 codes of a step each),
+/// after an 8×8 byte transpose inside each group, rather than permuting the whole chunk
+/// into lane-major order first (lanesFromGroups) and converting 16 at a time. Without
+/// AVX-512's byte permutes, the chunk's permutes cross 128-bit halves at every stage and its
+/// 256 codes outgrow the 16 registers. It pays only together with the kernels' FmaSink
+/// (kernels.zig says what was measured), which is used where this is.
+pub const codes_by_group = builtin.cpu.arch == .x86_64 and !std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f);
+
+/// Converts a chunk's codes (4 natural-order groups of 64, as the decoders build them) and
+/// puts scale·q (+ or − min) into the sink, step by step. scale·q is exact, so one fma
+/// rounds the sum as NUMERICS.md §2 rounds it.
+inline fn emit(comptime E: type, g: [4]@Vector(64, u8), scale: V32f, comptime min_op: enum { none, add, sub }, min: V32f, sink: anytype) void {
     const addend = if (min_op == .sub) -min else min;
-    const scales = [2]V16f{ half(f32, 16, scale, false), half(f32, 16, scale, true) };
-    const addends = [2]V16f{ half(f32, 16, addend, false), half(f32, 16, addend, true) };
+    if (codes_by_group) {
+        const V8f = @Vector(8, f32);
+        inline for (0..4) |k| {
+            // Row i of the transpose holds step i of lanes 8k..8k+7.
+            const z = @shuffle(u8, g[k], undefined, transpose8x8);
+            const s = part(f32, 8, scale, k);
+            const a = part(f32, 8, addend, k);
+            inline for (0..8) |i| {
+                const q: V8f = @floatFromInt(@as(@Vector(8, E), @bitCast(part(u8, 8, z, i))));
+                sink.put(32 * i + 8 * k, 8, switch (min_op) {
+                    .none => s * q,
+                    .add, .sub => @mulAdd(V8f, s, q, a),
+                });
+            }
+        }
+        return;
+    }
+    const lm = lanesFromGroups(g);
+    const V16f = @Vector(16, f32);
+    const scales = [2]V16f{ part(f32, 16, scale, 0), part(f32, 16, scale, 1) };
+    const addends = [2]V16f{ part(f32, 16, addend, 0), part(f32, 16, addend, 1) };
     // Stored only where the codes come back from L1; read there by volatile loads, so LLVM
     // cannot fold the store and the loads back into shuffles.
     var spilled: [4]@Vector(64, u8) align(64) = if (codes_through_l1) lm else undefined;
@@ -158,20 +179,20 @@ inline fn emit(comptime E: type, lm: [4]@Vector(64, u8), scale: V32f, comptime m
         const codes: @Vector(16, E) = if (codes_through_l1)
             @as(*volatile const @Vector(16, E), @ptrCast(@alignCast(bytes + 16 * k))).*
         else
-            @bitCast(quarter(lm[k / 4], k % 4));
+            @bitCast(part(u8, 16, lm[k / 4], k % 4));
         const q: V16f = @floatFromInt(codes);
-        out[16 * k ..][0..16].* = switch (min_op) {
+        sink.put(16 * k, 16, switch (min_op) {
             .none => scales[k % 2] * q,
             .add, .sub => @mulAdd(V16f, scales[k % 2], q, addends[k % 2]),
-        };
+        });
     }
 }
 
-/// Bytes [16i, 16i + 16) of v.
-inline fn quarter(v: @Vector(64, u8), comptime i: usize) @Vector(16, u8) {
-    comptime var m: [16]i32 = undefined;
-    inline for (0..16) |j| m[j] = 16 * i + j;
-    return @shuffle(u8, v, undefined, m);
+/// Elements [n·i, n·i + n) of v.
+inline fn part(comptime E: type, comptime n: usize, v: anytype, comptime i: usize) @Vector(n, E) {
+    comptime var m: [n]i32 = undefined;
+    inline for (0..n) |j| m[j] = n * i + j;
+    return @shuffle(E, v, undefined, m);
 }
 
 /// 16-entry lookup (IQ4 codebook) of nibbles, as a select tree on the index bits.
@@ -223,19 +244,19 @@ inline fn highBitsPair(qh8: @Vector(8, u8)) @Vector(64, u8) {
 }
 
 /// Decodes one full chunk (chunkBytes(t) bytes, natural layout) into lane-major order.
-inline fn decodeFullChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out: *[256]f32) void {
+inline fn decodeFullChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
     const Blocks = [lanes.chunk_values / of(t).block_values]formats.Block(t);
     const bs: *const Blocks = @ptrCast(src);
     switch (t) {
-        .f32, .f16, .bf16 => decodeDenseChunk(t, src, out),
-        .q8_0 => chunkQ8_0(bs, out),
-        .q4_0, .iq4_nl => chunkNibbles(t, bs, out),
-        .q5_0, .q5_1 => chunkQ5(t, bs, out),
-        .q2_k => chunkQ2K(&bs[0], out),
-        .q3_k => chunkQ3K(&bs[0], out),
-        .q4_k, .q5_k => chunkQ45K(t, &bs[0], out),
-        .q6_k => chunkQ6K(&bs[0], out),
-        .iq4_xs => chunkIQ4XS(&bs[0], out),
+        .f32, .f16, .bf16 => decodeDenseChunk(t, src, sink),
+        .q8_0 => chunkQ8_0(bs, sink),
+        .q4_0, .iq4_nl => chunkNibbles(t, bs, sink),
+        .q5_0, .q5_1 => chunkQ5(t, bs, sink),
+        .q2_k => chunkQ2K(&bs[0], sink),
+        .q3_k => chunkQ3K(&bs[0], sink),
+        .q4_k, .q5_k => chunkQ45K(t, &bs[0], sink),
+        .q6_k => chunkQ6K(&bs[0], sink),
+        .iq4_xs => chunkIQ4XS(&bs[0], sink),
     }
 }
 
@@ -255,23 +276,23 @@ inline fn halfField(field: [2]u8) f32 {
     return f16Vec(2, v)[0];
 }
 
-inline fn chunkQ8_0(bs: *const [8]formats.blocks.Q8_0, out: *[256]f32) void {
+inline fn chunkQ8_0(bs: *const [8]formats.blocks.Q8_0, sink: anytype) void {
     var g: [4]B64 = undefined;
     inline for (0..4) |k| g[k] = concat(u8, 32, bs[2 * k].qs, bs[2 * k + 1].qs);
-    emit(i8, lanesFromGroups(g), perLane(8, halves8(formats.blocks.Q8_0, bs, "d")), .none, zero_scale, out);
+    emit(i8, g, perLane(8, halves8(formats.blocks.Q8_0, bs, "d")), .none, zero_scale, sink);
 }
 
 /// Q4_0 (q − 8) and IQ4_NL (K[q]): two blocks' nibbles form each 64-value group.
-inline fn chunkNibbles(comptime t: Type, bs: *const [8]formats.Block(t), out: *[256]f32) void {
+inline fn chunkNibbles(comptime t: Type, bs: *const [8]formats.Block(t), sink: anytype) void {
     var g: [4]B64 = undefined;
     inline for (0..4) |k| {
         const nib = nibblePairs(bs[2 * k].qs, bs[2 * k + 1].qs);
         g[k] = if (t == .q4_0) nib -% splat64(8) else lookupIq4(nib);
     }
-    emit(i8, lanesFromGroups(g), perLane(8, halves8(formats.Block(t), bs, "d")), .none, zero_scale, out);
+    emit(i8, g, perLane(8, halves8(formats.Block(t), bs, "d")), .none, zero_scale, sink);
 }
 
-inline fn chunkQ5(comptime t: Type, bs: *const [8]formats.Block(t), out: *[256]f32) void {
+inline fn chunkQ5(comptime t: Type, bs: *const [8]formats.Block(t), sink: anytype) void {
     var g: [4]B64 = undefined;
     inline for (0..4) |k| {
         const nib = nibblePairs(bs[2 * k].qs, bs[2 * k + 1].qs);
@@ -280,13 +301,13 @@ inline fn chunkQ5(comptime t: Type, bs: *const [8]formats.Block(t), out: *[256]f
     }
     const d = perLane(8, halves8(formats.Block(t), bs, "d"));
     if (t == .q5_0) {
-        emit(i8, lanesFromGroups(g), d, .none, zero_scale, out);
+        emit(i8, g, d, .none, zero_scale, sink);
     } else {
-        emit(u8, lanesFromGroups(g), d, .add, perLane(8, halves8(formats.Block(t), bs, "m")), out);
+        emit(u8, g, d, .add, perLane(8, halves8(formats.Block(t), bs, "m")), sink);
     }
 }
 
-inline fn chunkQ2K(b: *const formats.blocks.Q2_K, out: *[256]f32) void {
+inline fn chunkQ2K(b: *const formats.blocks.Q2_K, sink: anytype) void {
     const sc: @Vector(16, u8) = b.scales;
     const dl = @as(@Vector(16, f32), @splat(halfField(b.d))) * @as(@Vector(16, f32), @floatFromInt(sc & @as(@Vector(16, u8), @splat(0xf))));
     const ml = @as(@Vector(16, f32), @splat(halfField(b.dmin))) * @as(@Vector(16, f32), @floatFromInt(sc >> @splat(4)));
@@ -296,10 +317,10 @@ inline fn chunkQ2K(b: *const formats.blocks.Q2_K, out: *[256]f32) void {
         const s0: u3 = 4 * (k % 2);
         g[k] = concat(u8, 32, qs >> @splat(s0), qs >> @splat(s0 + 2)) & splat64(3);
     }
-    emit(u8, lanesFromGroups(g), perLane(16, dl), .sub, perLane(16, ml), out);
+    emit(u8, g, perLane(16, dl), .sub, perLane(16, ml), sink);
 }
 
-inline fn chunkQ3K(b: *const formats.blocks.Q3_K, out: *[256]f32) void {
+inline fn chunkQ3K(b: *const formats.blocks.Q3_K, sink: anytype) void {
     // 16 six-bit scales: low nibble from byte j%8 (low half for j<8), 2 high bits from byte 8+j%4.
     const packed_scales: @Vector(12, u8) = b.scales;
     comptime var lm: [16]i32 = undefined;
@@ -326,10 +347,10 @@ inline fn chunkQ3K(b: *const formats.blocks.Q3_K, out: *[256]f32) void {
         const hb = concat(u8, 32, hmask >> @splat(2 * k), hmask >> @splat(2 * k + 1)) & splat64(1);
         g[k] = (q2 | (hb << @splat(2))) -% splat64(4);
     }
-    emit(i8, lanesFromGroups(g), perLane(16, dl), .none, zero_scale, out);
+    emit(i8, g, perLane(16, dl), .none, zero_scale, sink);
 }
 
-inline fn chunkQ45K(comptime t: Type, b: *const formats.Block(t), out: *[256]f32) void {
+inline fn chunkQ45K(comptime t: Type, b: *const formats.Block(t), sink: anytype) void {
     const packed_scales: @Vector(12, u8) = b.scales;
     const V8 = @Vector(8, u8);
     const first: @Vector(8, bool) = .{ true, true, true, true, false, false, false, false };
@@ -352,10 +373,10 @@ inline fn chunkQ45K(comptime t: Type, b: *const formats.Block(t), out: *[256]f32
             g[k] |= hb << @splat(4);
         }
     }
-    emit(u8, lanesFromGroups(g), perLane(8, d1), .sub, perLane(8, m1), out);
+    emit(u8, g, perLane(8, d1), .sub, perLane(8, m1), sink);
 }
 
-inline fn chunkQ6K(b: *const formats.blocks.Q6_K, out: *[256]f32) void {
+inline fn chunkQ6K(b: *const formats.blocks.Q6_K, sink: anytype) void {
     const sc: @Vector(16, i8) = @bitCast(b.scales);
     const dl = @as(@Vector(16, f32), @splat(halfField(b.d))) * @as(@Vector(16, f32), @floatFromInt(sc));
     var g: [4]B64 = undefined;
@@ -368,10 +389,10 @@ inline fn chunkQ6K(b: *const formats.blocks.Q6_K, out: *[256]f32) void {
         const hi = concat(u8, 32, qh >> @splat(s0), qh >> @splat(s0 + 2)) & splat64(3);
         g[k] = (lo | (hi << @splat(4))) -% splat64(32);
     }
-    emit(i8, lanesFromGroups(g), perLane(16, dl), .none, zero_scale, out);
+    emit(i8, g, perLane(16, dl), .none, zero_scale, sink);
 }
 
-inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, out: *[256]f32) void {
+inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, sink: anytype) void {
     const sh = std.mem.readInt(u16, &b.scales_h, .little);
     const sl: @Vector(4, u8) = b.scales_l;
     const V8 = @Vector(8, u8);
@@ -381,12 +402,12 @@ inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, out: *[256]f32) void {
     const dl = @as(@Vector(8, f32), @splat(halfField(b.d))) * @as(@Vector(8, f32), @floatFromInt(ls - @as(@Vector(8, i32), @splat(32))));
     var g: [4]B64 = undefined;
     inline for (0..4) |k| g[k] = lookupIq4(nibblePairs(b.qs[32 * k ..][0..16].*, b.qs[32 * k + 16 ..][0..16].*));
-    emit(i8, lanesFromGroups(g), perLane(8, dl), .none, zero_scale, out);
+    emit(i8, g, perLane(8, dl), .none, zero_scale, sink);
 }
 
 /// Dense chunk (F32/F16/BF16): transpose the 16/32-bit patterns per 64-element group, then convert
 /// 16 at a time (two steps of the group's 8 lanes).
-inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out: *[256]f32) void {
+inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
     const E = if (t == .f32) u32 else u16;
     inline for (0..4) |k| {
         const tr = @shuffle(E, load(E, 64, src[64 * @sizeOf(E) * k ..]), undefined, transpose8x8);
@@ -400,11 +421,22 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out:
                 .bf16 => @bitCast(@as(@Vector(16, u32), x) << @splat(16)),
                 else => unreachable,
             };
-            out[32 * (2 * p) + 8 * k ..][0..8].* = half(f32, 8, v, false);
-            out[32 * (2 * p + 1) + 8 * k ..][0..8].* = half(f32, 8, v, true);
+            sink.put(32 * (2 * p) + 8 * k, 8, part(f32, 8, v, 0));
+            sink.put(32 * (2 * p + 1) + 8 * k, 8, part(f32, 8, v, 1));
         }
     }
 }
+
+/// Where a decoder puts what it decodes: `put(offset, n, v)` takes lane-major values
+/// [offset, offset + n) of the chunk. Each lane's values arrive in step order, so a sink
+/// may add them into the lane's chain of fmas as they come (kernels.zig).
+pub const ChunkArray = struct {
+    out: *[256]f32,
+
+    pub inline fn put(sink: ChunkArray, comptime offset: usize, comptime n: usize, v: @Vector(n, f32)) void {
+        sink.out[offset..][0..n].* = v;
+    }
+};
 
 /// Decodes elements [256*chunk, 256*chunk+256) of one weight row (row = the row's bytes; row_values =
 /// values in the row) into out in lane-major order: out[32*i + l] = element (256*chunk + 8*l + i), for lane l in
@@ -412,6 +444,11 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, out:
 /// a NaN's payload aside.
 /// Requires row.len == rowBytes(t, row_values) and 256*chunk < row_values.
 pub inline fn chunkLanes(comptime t: Type, row: []const u8, chunk: usize, row_values: usize, out: *[256]f32) void {
+    chunkInto(t, row, chunk, row_values, ChunkArray{ .out = out });
+}
+
+/// chunkLanes into a sink (see ChunkArray).
+pub inline fn chunkInto(comptime t: Type, row: []const u8, chunk: usize, row_values: usize, sink: anytype) void {
     // Inlined into the kernel's loop; its shuffle masks are built at comptime there.
     @setEvalBranchQuota(100_000);
     const f = comptime of(t);
@@ -420,14 +457,15 @@ pub inline fn chunkLanes(comptime t: Type, row: []const u8, chunk: usize, row_va
     std.debug.assert(start < row_values and row_values % f.block_values == 0);
     std.debug.assert(row.len == row_values / f.block_values * f.block_bytes);
     const off = chunk * cb;
-    if (start + 256 <= row_values) return decodeFullChunk(t, row[off..][0..cb], out);
+    if (start + 256 <= row_values) return decodeFullChunk(t, row[off..][0..cb], sink);
     // Partial last chunk: decode a zero-padded copy, then force the missing elements to +0.0
     // (a zero block can decode to -0.0, e.g. Q4_0 gives 0·(0−8)).
     const valid = row_values - start;
     var buf: [cb]u8 = @splat(0);
     const nbytes = valid / f.block_values * f.block_bytes;
     @memcpy(buf[0..nbytes], row[off..][0..nbytes]);
-    decodeFullChunk(t, &buf, out);
+    var out: [256]f32 = undefined;
+    decodeFullChunk(t, &buf, ChunkArray{ .out = &out });
     const lane8: @Vector(32, u32) = comptime blk: {
         var v: [32]u32 = undefined;
         for (0..32) |l| v[l] = 8 * l;
@@ -435,7 +473,7 @@ pub inline fn chunkLanes(comptime t: Type, row: []const u8, chunk: usize, row_va
     };
     inline for (0..8) |i| {
         const keep = lane8 + @as(@Vector(32, u32), @splat(i)) < @as(@Vector(32, u32), @splat(@intCast(valid)));
-        out[32 * i ..][0..32].* = @select(f32, keep, @as(V32f, out[32 * i ..][0..32].*), @as(V32f, @splat(0)));
+        sink.put(32 * i, 32, @select(f32, keep, @as(V32f, out[32 * i ..][0..32].*), @as(V32f, @splat(0))));
     }
 }
 
