@@ -19,10 +19,13 @@ const f16ToF32 = formats.f16ToF32;
 // lane-major order puts element 8l+i at out[32i+l]. Every decoder below works the same way:
 //   1. build the chunk's integer codes (or dense bit patterns) in natural element order, as four
 //      64-element groups (group g = elements 64g..64g+63 = lanes 8g..8g+7), with vector ops only;
-//   2. permute them into lane-major order with comptime @shuffle masks (`lanesFromGroups`): an 8×8
-//      transpose inside each group, then a 4-way interleave of 8-element rows across groups;
-//   3. convert 32 codes at a time to f32 and apply the per-lane scale (and min). For every format a
-//      lane's 8 elements share one scale: sub-blocks hold 16 or 32 elements and blocks 32.
+//   2. permute them into lane-major order with comptime @shuffle masks: an 8×8 transpose inside
+//      each group, then (`lanesFromGroups`, with AVX-512) a 4-way interleave of 8-element rows
+//      across groups;
+//   3. convert 16 codes at a time (8 without AVX-512, see codes_by_group) to f32, apply the
+//      per-lane scale (and min) and put them into a sink: the chunk's array, or the kernel's
+//      fmas. For every format a lane's 8 elements share one scale: sub-blocks hold 16 or 32
+//      elements and blocks 32.
 // The arithmetic per element is the one of decodeBlock, on the same operands, so results are equal bit
 // for bit (the products are exact anyway, see the note above decodeBlock).
 
