@@ -153,11 +153,11 @@ const SweepVector = @Vector(sweep_width, f32);
 /// converted a group of lanes at a time (decode.codes_by_group). In a profile of Q8_0 at
 /// N = 1 on AVX2, a quarter of the samples fell on the chunk's stores and spilled codes.
 /// Measured on a 2-core AMD EPYC (Zen 1, AVX2), vocab 32768 × hidden 2816, interleaved, 2-4
-/// runs: N = 1 16% less a call for F32, F16 and BF16, 19-21% for Q8_0, 11-13% for Q4_0 and
-/// Q5_0, 7-10% for Q3_K and IQ4_NL, 0-5% for IQ4_XS, Q2_K, Q5_1 and Q6_K, Q5_K mixed, Q4_K
-/// 3-6% more; N = 2 12-14% less for Q6_K and Q3_K, 4-10% for IQ4_XS, Q4_K and Q5_K. For the
-/// quantized types either change alone stayed within 5% of the stores. The AVX-512 level
-/// keeps its stores (this was not measured there).
+/// runs: N = 1 9-16% less a call for F32, F16 and BF16, 19-21% for Q8_0, 11-13% for Q4_0 and
+/// Q5_0, 7-10% for Q3_K and IQ4_NL, 1-5% for IQ4_XS, Q2_K and Q5_1, Q6_K and Q5_K within 3%
+/// either way (Q5_K 9% more once), Q4_K 3-6% more; N = 2 12-14% less for Q6_K and Q3_K, 2-10%
+/// for IQ4_XS, Q4_K and Q5_K. For the quantized types either change alone stayed within 5%
+/// of the stores. The AVX-512 level keeps its stores (this was not measured there).
 const decode_into_fmas = decode.codes_by_group;
 const tile_block_chunks = 2;
 const tile_block_values = tile_block_chunks * lanes.chunk_values;
