@@ -157,7 +157,9 @@ const SweepVector = @Vector(sweep_width, f32);
 /// Q5_0, 7-10% for Q3_K and IQ4_NL, 1-5% for IQ4_XS, Q2_K and Q5_1, Q6_K and Q5_K within 3%
 /// either way (Q5_K 9% more once), Q4_K 3-6% more; N = 2 12-14% less for Q6_K and Q3_K, 2-10%
 /// for IQ4_XS, Q4_K and Q5_K. For the quantized types either change alone stayed within 5%
-/// of the stores. The AVX-512 level keeps its stores (this was not measured there).
+/// of the stores. At N ≥ 3 (tiles, which store the chunk either way) every type stayed
+/// within the noise of these runs (up to 10% between runs of unchanged kernels). The AVX-512
+/// level keeps its stores (this was not measured there).
 const decode_into_fmas = decode.codes_by_group;
 const tile_block_chunks = 2;
 const tile_block_values = tile_block_chunks * lanes.chunk_values;
