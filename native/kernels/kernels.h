@@ -332,6 +332,27 @@ LMH_FN lmh_bytes8 lmh_load_words8(LMH_GLOBAL const lmh_u8 *p) {
     return b;
 }
 
+// The same from p (even) whose offset from the 4-byte boundary below is `skew` (0 or 2),
+// with no branch: the three words from that boundary, shifted together. It reads up to 4
+// bytes past the 8, inside the block for Q3_K's fields, and 2 before them, inside the
+// weights (which start 4-byte aligned): three loads instead of four. Measured on an H200
+// (bench/results/cuda-h200.md), against lmh_load_bytes8, twice in one call: Q3_K's norm and
+// matvec 5-7% faster from N = 8 (8 rows per pass), but 7-18% slower at N = 1 to 4; Q6_K's
+// slower at every N (2-60%); with a branch on the skew instead, both slower at every N
+// (1-52%). So only Q3_K's kernels of 8 rows per pass take it.
+LMH_FN lmh_bytes8 lmh_load_skewed8(LMH_GLOBAL const lmh_u8 *p, lmh_u32 skew) {
+    if (LMH_ROWS_PER_PASS < 8u) return lmh_load_bytes8(p);
+    LMH_GLOBAL const lmh_u8 *q = p - skew;
+    lmh_u64 w0 = lmh_load32(q);
+    lmh_u64 w1 = lmh_load32(q + 4);
+    lmh_u64 w2 = lmh_load32(q + 8);
+    lmh_u32 shift = skew << 3;
+    lmh_bytes8 b;
+    b.lo = (lmh_u32)(((w1 << 32) | w0) >> shift);
+    b.hi = (lmh_u32)(((w2 << 32) | w1) >> shift);
+    return b;
+}
+
 // Byte i of b minus offset, exactly (as lmh_int): a decoder's code as a float. i is a
 // literal wherever this is called, so it folds to one byte's extraction.
 LMH_FN float lmh_code(lmh_bytes8 b, lmh_u32 i, lmh_u32 offset) {
@@ -560,14 +581,14 @@ LMH_FN lmh_f8 lmh_decode_q2_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_
 }
 
 // Q3_K d·q, q = q2 − 4·(1 − hbit).
-LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_scale_min s) {
+LMH_FN lmh_f8 lmh_decode_q3_k(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 skew, lmh_scale_min s) {
     LMH_GLOBAL const lmh_block_q3_k *b = (LMH_GLOBAL const lmh_block_q3_k *)chunk;
     lmh_u32 first = (lane & 3u) << 3;
     lmh_u32 at = ((lane >> 4) << 5) + first;
     lmh_u32 shift = ((lane >> 2) & 3u) << 1;
     lmh_u32 hshift = lane >> 2;
-    lmh_bytes8 q2 = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x03030303u);
-    lmh_bytes8 q = lmh_merge(q2, lmh_bits(lmh_load_bytes8(b->hmask + first), hshift, 0x01010101u), 2u);
+    lmh_bytes8 q2 = lmh_bits(lmh_load_skewed8(b->qs + at, skew), shift, 0x03030303u);
+    lmh_bytes8 q = lmh_merge(q2, lmh_bits(lmh_load_skewed8(b->hmask + first, skew), hshift, 0x01010101u), 2u);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = s.d * lmh_code(q, i, 4u);
     return w;
@@ -688,7 +709,7 @@ LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
 // `type` is a literal at every entry point, so inlining leaves one decoder per kernel.
 // `load` (a literal) says how a dense row's values may be read; `values` counts from the
 // chunk's first value; `s` is the lane's sub-block scale (types with sub-block scales).
-LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 load, lmh_scale_min s) {
+LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 skew, lmh_u32 values, lmh_u32 load, lmh_scale_min s) {
     switch (type) {
     case LMH_TYPE_Q4_0:
     case LMH_TYPE_IQ4_NL:
@@ -701,7 +722,7 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
     case LMH_TYPE_Q2_K:
         return lmh_decode_q2_k(chunk, lane, s);
     case LMH_TYPE_Q3_K:
-        return lmh_decode_q3_k(chunk, lane, s);
+        return lmh_decode_q3_k(chunk, lane, skew, s);
     case LMH_TYPE_Q4_K:
     case LMH_TYPE_Q5_K:
         return lmh_decode_q45_k(chunk, lane, type, s);
@@ -797,7 +818,12 @@ LMH_FN void lmh_prefetch_bytes(LMH_GLOBAL const lmh_u8 *p, lmh_u64 bytes, lmh_u3
 // A pass's accumulators, and the vocab rows it reads (a vocab row past the end is read as
 // the last one and never stored, so no branch stands between a chunk's loads).
 typedef struct { float v[LMH_VOCAB_ROWS_PER_SIMDGROUP][LMH_ROWS_PER_PASS]; } lmh_tile;
-typedef struct { LMH_GLOBAL const lmh_u8 *row[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } lmh_vocab_rows;
+// skew[m]: the offset of row m's first byte from the 4-byte boundary below (weights start
+// 4-byte aligned, row sizes are even: 0 or 2), so chunk c's is (skew[m] + c·chunk bytes) & 3.
+typedef struct {
+    LMH_GLOBAL const lmh_u8 *row[LMH_VOCAB_ROWS_PER_SIMDGROUP];
+    lmh_u32 skew[LMH_VOCAB_ROWS_PER_SIMDGROUP];
+} lmh_vocab_rows;
 
 // Lane `lane`'s own sub-block scale in the chunk at `chunk`: its 8 values lie in sub-block
 // lane·S / 32 of S. Zeros for a type without sub-block scales.
@@ -863,7 +889,8 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
     }
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         lmh_scale_min s = group != 0u ? table.v[m] : lmh_lane_scale(type, vocab.row[m], lane);
-        wv[m] = lmh_decode(type, vocab.row[m], lane, p.hidden - (c << 8), load, s);
+        lmh_u32 skew = (vocab.skew[m] + c * lmh_chunk_bytes(type)) & 3u;
+        wv[m] = lmh_decode(type, vocab.row[m], lane, skew, p.hidden - (c << 8), load, s);
     }
     for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
         lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, load);
@@ -922,9 +949,11 @@ LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_
         if (c + LMH_STAGES - 1u < chunks) lmh_stage_chunk(vocab, chunk_bytes, c + LMH_STAGES - 1u, ring + refill * LMH_STAGE_BYTES, lane);
         LMH_STAGE_COMMIT();
         lmh_vocab_rows at; // chunk c in the weights
-        lmh_vocab_rows staged;
+        lmh_vocab_rows staged; // whose bytes sit at the same offsets from 4-byte boundaries
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
             at.row[m] = vocab.row[m] + c * chunk_bytes;
+            at.skew[m] = vocab.skew[m];
+            staged.skew[m] = vocab.skew[m];
             staged.row[m] = ring + stage * LMH_STAGE_BYTES + m * LMH_STAGE_ROW_BYTES + lmh_stage_skew(at.row[m]);
         }
         table = lmh_refill_table(type, group, table, at, c, chunks - c, lane);
@@ -985,6 +1014,7 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         lmh_u64 j = first + m < p.vocab ? first + m : p.vocab - 1u;
         vocab.row[m] = w + j * p.row_bytes;
+        vocab.skew[m] = (lmh_u32)(j * p.row_bytes) & 3u;
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) acc.v[m][r] = 0.0f;
     }
     lmh_u32 wide = lmh_dense(type) == 0u || ((p.hidden & 3u) == 0u && (p.row_bytes & 15u) == 0u);
