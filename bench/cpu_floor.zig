@@ -11,7 +11,7 @@
 //! - `q8_0 (L2)` and `q8_0 (memory)`: the same from Q8_0 blocks (34 bytes: an f16 scale, 32
 //!   codes), widening loads included, over 32 KiB rows that stay in L2 or 64 MiB that do not.
 //! The ns per weight they print bound from below what `./lmhead bench` can reach per weight
-//! and thread at N = 1; `ymm fma` is the FMA rate the matvec's fmas share.
+//! and thread at N = 1; the fma rate is what the matvec's fmas share.
 const std = @import("std");
 
 const width = std.simd.suggestVectorLength(f32) orelse 8;
@@ -85,7 +85,7 @@ fn repeat(comptime f: anytype, times: usize, args: anytype) void {
     for (0..times) |_| @call(.never_inline, f, args);
 }
 
-fn fmaChains(rounds: *volatile const usize, sink: *f32) void {
+fn fmaChains(rounds: *const volatile usize, sink: *f32) void {
     var acc: [16]V = undefined;
     for (&acc, 0..) |*a, i| a.* = @splat(@floatFromInt(i));
     for (0..rounds.*) |_| {
