@@ -93,7 +93,7 @@ fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
     const flags = [_][]const u8{ "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas" };
     const source = b.path("native/kernels/host/emulator.c");
     module.addCSourceFile(.{ .file = source, .flags = &flags });
-    const retuned = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_retuned", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_ROWS_PER_PASS=2u", "-DLMH_CHUNKS_PER_STEP=2u", "-DLMH_PREFETCH_ROWS=1u" };
+    const retuned = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_retuned", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_ROWS_PER_PASS=2u", "-DLMH_CHUNKS_PER_STEP=2u", "-DLMH_PREFETCH_ROWS=1u", "-DLMH_BULK_STAGES=2u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ retuned) });
     const staged = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_staged", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=5u", "-DLMH_ROWS_PER_PASS=2u", "-DLMH_STAGES=2u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ staged) });

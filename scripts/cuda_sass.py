@@ -67,7 +67,7 @@ def compile_modules(nvrtc):
         os.remove(os.path.join(cubins, f))
     env = dict(os.environ, LMHEAD_NVRTC=os.path.abspath(nvrtc), LMHEAD_CACHE=os.path.abspath(CACHE), LMHEAD_CUBIN_DIR=os.path.abspath(cubins))
     out = subprocess.run([CHECK, "check"], env=env, capture_output=True, text=True)
-    # "..., 8 rows per pass, 6 vocab rows per warp, 0 blocks per SM, 0 stages (Q5_0 Q4_K): N bytes, written to PATH"
+    # "..., 8 rows per pass, 6 vocab rows per warp, 0 blocks per SM, 0 stages, 0 bulk stages (Q5_0 Q4_K): N bytes, written to PATH"
     # -> (rows, vocab rows, types), and the module lmhead-gpu-check wrote for it
     modules = []
     for l in (out.stdout + out.stderr).splitlines():

@@ -77,8 +77,9 @@ pub fn Emulator(comptime prefix: []const u8) type {
 
 /// The source's default tuning (LMH_VOCAB_ROWS_PER_SIMDGROUP, LMH_ROWS_PER_PASS).
 pub const default = Emulator("lmh_emulator");
-/// Another tuning: 3 vocab rows per simdgroup, 4 rows per pass (Metal's rows per pass), steps of 2 chunks,
-/// and each simdgroup's rows prefetched (every address checked to lie in the weights).
+/// Another tuning: 3 vocab rows per simdgroup, 2 rows per pass, steps of 2 chunks, each simdgroup's
+/// rows prefetched (every address checked to lie in the weights), and a quantized type's rows
+/// brought whole into a bulk ring of 2 stages (LMH_BULK_STAGES; every copy checked too).
 pub const retuned = Emulator("lmh_emulator_retuned");
 /// 5 vocab rows per simdgroup, 2 rows per pass, and the quantized types' chunks staged in a
 /// ring of 2 (LMH_STAGES; every copy checked to come from the weights).

@@ -49,6 +49,22 @@ LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 1u || LMH_ROWS_PER_PASS == 2u || LMH_ROWS
 #endif
 LMH_STATIC_ASSERT(LMH_STAGES >= 2u && LMH_STAGES <= 4u, "stages: 0, or 2 to 4");
 #endif
+// Stages of a simdgroup's bulk ring (0: none), where a quantized type's vocab rows arrive
+// whole, a group of them per stage, LMH_BULK_STAGES - 1 groups ahead of the one computed:
+// one lane starts each group's copy (CUDA: cp.async.bulk, done by the SM's tensor memory
+// accelerator), the other lanes issue nothing for it, and the decoders read shared memory.
+// Used where the ring the host gives holds the stages; otherwise the weights are read where
+// they are.
+#ifndef LMH_BULK_STAGES
+#define LMH_BULK_STAGES 0u
+#endif
+#if LMH_BULK_STAGES > 0
+#ifndef LMH_BULK_COPY
+#error "LMH_BULK_STAGES needs the prelude's bulk copies"
+#endif
+LMH_STATIC_ASSERT(LMH_BULK_STAGES >= 2u && LMH_BULK_STAGES <= 4u, "bulk stages: 0, or 2 to 4");
+LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both");
+#endif
 
 // ggml type ids (numerics/formats.zig Type).
 #define LMH_TYPE_F32 0u
@@ -1001,19 +1017,20 @@ LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
     return rows_per_pass >= (lmh_dense(type) != 0u ? 8u : 4u) ? 1u : 0u;
 }
 
-// One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) against activation rows
-// [row0, +rows_per_pass), all of them present. The chunks every lane fills run without a
-// bounds test, with 16-byte loads where rows allow them (activation rows of a multiple of 4
-// values, and dense weight rows of a multiple of 16 bytes, start 16-byte aligned: checked
-// when recorded; quantized rows always hold a multiple of 32 values); a last, partial chunk
-// (hidden not a multiple of 256) runs with a bounds test, and a lane whose values have
-// ended stops there.
-LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane) {
+// One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes start at `rows`
+// (in the weights, or in a stage at the same offset from a 16-byte boundary), against
+// activation rows [row0, +rows_per_pass), all of them present. The chunks every lane fills
+// run without a bounds test, with 16-byte loads where rows allow them (activation rows of a
+// multiple of 4 values, and dense weight rows of a multiple of 16 bytes, start 16-byte
+// aligned: checked when recorded; quantized rows always hold a multiple of 32 values); a
+// last, partial chunk (hidden not a multiple of 256) runs with a bounds test, and a lane
+// whose values have ended stops there.
+LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane) {
     lmh_vocab_rows vocab;
     lmh_tile acc;
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         lmh_u64 j = first + m < p.vocab ? first + m : p.vocab - 1u;
-        vocab.row[m] = w + j * p.row_bytes;
+        vocab.row[m] = rows + (j - first) * p.row_bytes;
         vocab.skew[m] = (lmh_u32)(j * p.row_bytes) & 3u;
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) acc.v[m][r] = 0.0f;
     }
@@ -1039,27 +1056,89 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
     }
 }
 
+// The passes of one group of vocab rows, [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes
+// start at `rows`: LMH_ROWS_PER_PASS activation rows at a time, the rest in passes of halving
+// size, so no pass computes a row that is not there.
+LMH_FN void lmh_matvec_group(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 lane) {
+    lmh_u32 row0 = 0u;
+    for (; p.rows - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, x, rows, out, first, row0, LMH_ROWS_PER_PASS, lane);
+    if (LMH_ROWS_PER_PASS > 4u && p.rows - row0 >= 4u) {
+        lmh_matvec_pass(p, type, x, rows, out, first, row0, 4u, lane);
+        row0 += 4u;
+    }
+    if (LMH_ROWS_PER_PASS > 2u && p.rows - row0 >= 2u) {
+        lmh_matvec_pass(p, type, x, rows, out, first, row0, 2u, lane);
+        row0 += 2u;
+    }
+    if (LMH_ROWS_PER_PASS > 1u && p.rows - row0 >= 1u) lmh_matvec_pass(p, type, x, rows, out, first, row0, 1u, lane);
+}
+
+#if LMH_BULK_STAGES > 0
+// Bytes of a bulk stage: a group's rows from the 16-byte boundary at or below their first
+// byte to the one at or above their last (bulk copies move 16-byte pieces between 16-byte
+// aligned addresses; the weights' allocation holds every piece around their bytes).
+LMH_FN lmh_u64 lmh_bulk_stage_bytes(lmh_u32 row_bytes) {
+    return ((lmh_u64)LMH_VOCAB_ROWS_PER_SIMDGROUP * row_bytes + 30u) & ~(lmh_u64)15u;
+}
+
+// Where the group's first byte lies in its stage: its offset from the 16-byte boundary below.
+LMH_FN lmh_u32 lmh_bulk_skew(LMH_GLOBAL const lmh_u8 *rows) {
+    return (lmh_u32)((lmh_u64)rows & 15u);
+}
+
+// Starts the copy of the group at vocab row `first` into stage `stage` (at `to`); one lane
+// issues it.
+LMH_FN void lmh_bulk_fetch(lmh_matvec_params p, LMH_GLOBAL const lmh_u8 *w, lmh_u64 first, lmh_u32 stage, lmh_u8 *to) {
+    lmh_u64 rows = p.vocab - first < LMH_VOCAB_ROWS_PER_SIMDGROUP ? p.vocab - first : LMH_VOCAB_ROWS_PER_SIMDGROUP;
+    LMH_GLOBAL const lmh_u8 *from = w + first * p.row_bytes;
+    lmh_u32 skew = lmh_bulk_skew(from);
+    LMH_BULK_COPY(stage, to, from - skew, (lmh_u32)((skew + rows * p.row_bytes + 15u) & ~(lmh_u64)15u));
+}
+
+// lmh_matvec with each group of vocab rows read from the ring: group i (this simdgroup's
+// i-th) in stage i % LMH_BULK_STAGES, copied while groups i - LMH_BULK_STAGES + 1 .. i - 1
+// are computed. A stage is refilled only after the sync that ends the group read from it,
+// which every lane reaches after its last read of it.
+LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane, lmh_u8 *ring, lmh_u64 stage_bytes) {
+    lmh_u64 stride = (lmh_u64)simdgroups * LMH_VOCAB_ROWS_PER_SIMDGROUP;
+    lmh_u64 first = (lmh_u64)simdgroup * LMH_VOCAB_ROWS_PER_SIMDGROUP;
+    LMH_BULK_START(lane);
+    for (lmh_u32 s = 0u; s + 1u < LMH_BULK_STAGES; s++) {
+        if (lane == 0u && first + s * stride < p.vocab) lmh_bulk_fetch(p, w, first + s * stride, s, ring + s * stage_bytes);
+    }
+    lmh_u32 stage = 0u;
+    lmh_u32 phase = 0u;
+    for (; first < p.vocab; first += stride) {
+        lmh_u64 ahead = first + (LMH_BULK_STAGES - 1u) * stride;
+        lmh_u32 refill = stage == 0u ? LMH_BULK_STAGES - 1u : stage - 1u; // read for the group before
+        if (lane == 0u && ahead < p.vocab) lmh_bulk_fetch(p, w, ahead, refill, ring + refill * stage_bytes);
+        LMH_BULK_WAIT(stage, phase);
+        lmh_matvec_group(p, type, x, ring + stage * stage_bytes + lmh_bulk_skew(w + first * p.row_bytes), out, first, lane);
+        LMH_BULK_SYNC();
+        stage = stage + 1u == LMH_BULK_STAGES ? 0u : stage + 1u;
+        phase = stage == 0u ? phase ^ 1u : phase;
+    }
+}
+#endif
+
 // NUMERICS.md §3: out[r, j] = the canonical dot product of row r of x (flushed) with
-// vocab row j of w, decoded as `type`. Rows go LMH_ROWS_PER_PASS at a time, the rest in
-// passes of halving size, so no pass computes a row that is not there.
+// vocab row j of w, decoded as `type`, a group of LMH_VOCAB_ROWS_PER_SIMDGROUP vocab rows at
+// a time.
 LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+#if LMH_BULK_STAGES > 0
+    lmh_u64 stage_bytes = lmh_bulk_stage_bytes(p.row_bytes);
+    if (lmh_dense(type) == 0u && LMH_BULK_STAGES * stage_bytes <= LMH_BULK_RING_BYTES()) {
+        lmh_matvec_bulk(p, type, x, w, out, simdgroup, simdgroups, lane, LMH_BULK_RING(), stage_bytes);
+        return;
+    }
+#endif
     lmh_u64 stride = (lmh_u64)simdgroups * LMH_VOCAB_ROWS_PER_SIMDGROUP;
     for (lmh_u64 first = (lmh_u64)simdgroup * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
         if (LMH_PREFETCH_ROWS != 0u) {
             lmh_u64 rows = p.vocab - first < LMH_VOCAB_ROWS_PER_SIMDGROUP ? p.vocab - first : LMH_VOCAB_ROWS_PER_SIMDGROUP;
             lmh_prefetch_bytes(w + first * p.row_bytes, rows * p.row_bytes, lane);
         }
-        lmh_u32 row0 = 0u;
-        for (; p.rows - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, x, w, out, first, row0, LMH_ROWS_PER_PASS, lane);
-        if (LMH_ROWS_PER_PASS > 4u && p.rows - row0 >= 4u) {
-            lmh_matvec_pass(p, type, x, w, out, first, row0, 4u, lane);
-            row0 += 4u;
-        }
-        if (LMH_ROWS_PER_PASS > 2u && p.rows - row0 >= 2u) {
-            lmh_matvec_pass(p, type, x, w, out, first, row0, 2u, lane);
-            row0 += 2u;
-        }
-        if (LMH_ROWS_PER_PASS > 1u && p.rows - row0 >= 1u) lmh_matvec_pass(p, type, x, w, out, first, row0, 1u, lane);
+        lmh_matvec_group(p, type, x, w + first * p.row_bytes, out, first, lane);
     }
 }
 

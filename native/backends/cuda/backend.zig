@@ -26,12 +26,14 @@ pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
 /// rows one warp computes (they share each activation load, and more of them keep more weight
 /// bytes in flight), blocks an SM must hold at once (NVRTC caps the registers to fit them;
 /// 0: no cap), whether a warp first asks for all its rows' bytes (a prefetch into L2), and the
-/// stages of the ring a quantized type's chunks arrive in by asynchronous copies (0: none).
+/// stages of the ring a quantized type's chunks arrive in by asynchronous copies (0: none),
+/// or of the ring its whole vocab rows arrive in by bulk copies (0: none; not both).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
     prefetch: bool = false,
     stages: u32 = 0,
+    bulk: u32 = 0,
 };
 
 /// A pass size's tuning. The best shape differs by type, so each shape gets a module of its
@@ -44,7 +46,7 @@ pub const Tuning = struct {
     shape_of: []const struct { formats.Type, Shape } = &.{},
     chunks_per_step: u32,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
-    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null } = .{},
+    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null } = .{},
 
     pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
         var shape = tuning.shape;
@@ -56,6 +58,7 @@ pub const Tuning = struct {
             .min_blocks = tuning.forced.min_blocks orelse shape.min_blocks,
             .prefetch = tuning.forced.prefetch orelse shape.prefetch,
             .stages = tuning.forced.stages orelse shape.stages,
+            .bulk = tuning.forced.bulk orelse shape.bulk,
         };
     }
 
@@ -71,6 +74,9 @@ pub const Tuning = struct {
     }
 };
 
+/// A warp's bulk ring begins with its stages' barriers (prelude.cuh LMH_CUDA_BULK_BARRIER_BYTES).
+const bulk_barrier_bytes = 64;
+
 /// Vocab rows per warp, at most (a tuning's, or a tuning run's override).
 const max_vocab_rows = 16;
 /// Blocks per SM a kernel may ask for, at most: an SM holds 2048 threads.
@@ -83,11 +89,13 @@ const max_ring_bytes_per_block = 48 << 10;
 fn validShape(shape: Shape) bool {
     const stages_valid = shape.stages == 0 or (shape.stages >= 2 and shape.stages <= 4 and
         shape.stages * shape.vocab_rows * params.stage_row_bytes * warps_per_block <= max_ring_bytes_per_block);
-    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid;
+    const bulk_valid = shape.bulk == 0 or (shape.bulk >= 2 and shape.bulk <= 4 and shape.stages == 0);
+    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid and bulk_valid;
 }
 
 comptime {
     for (formats.all) |f| std.debug.assert(@intFromEnum(f.type) < 32); // typesWith's bits
+    std.debug.assert(std.math.isPowerOfTwo(warps_per_block)); // prelude.cuh's bulk ring splits a block's shared memory by a shift
     for (tunings) |t| {
         std.debug.assert(validShape(t.shape));
         for (t.shape_of) |o| std.debug.assert(validShape(o[1]));
@@ -113,13 +121,22 @@ comptime {
 /// 4% faster for no type. A ring of 2, 3 or 4 stages (kernels.h), measured for every quantized
 /// type at N = 1, 2, 4 and 8, then 3 stages at N = 8 to 64 twice: taken at 8 rows per pass where
 /// it was 4% faster or more at some N and slower at none (Q6_K 8-19% faster, Q5_K and IQ4_NL
-/// 8% at N = 8); at 1 row per pass 3 stages made every type but Q5_1 2-21% slower.
+/// 8% at N = 8); at 1 row per pass 3 stages made every type but Q5_1 2-21% slower. At 1 row
+/// per pass a bulk ring (kernels.h LMH_BULK_STAGES; persistent blocks), measured for every
+/// quantized type with 2 stages and the module's vocab rows per warp, 2 stages and 4 or 2
+/// rows, 3 stages and 4 rows: taken with 2 stages where that was 4% faster or more (Q2_K 11%,
+/// Q3_K 8%, Q5_0 7% with 4 rows, Q4_K 6%, Q5_K, Q6_K and Q5_1 4%), and again faster in a
+/// second call (Q2_K 10%, Q3_K 7%, Q4_K, Q5_0 and Q5_1 5-6%, Q5_K and Q6_K 2-3%); Q8_0 5-30%
+/// and Q4_0 0-17% slower with any, IQ4_NL and IQ4_XS within 2% or slower. A type's prefetch
+/// then applies only where the ring does not fit.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .chunks_per_step = 1, .shape_of = &.{
-        .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                    .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
-        .{ .bf16, .{ .vocab_rows = 4, .min_blocks = 4 } },                   .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4 } },
-        .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } },                   .{ .q8_0, .{ .vocab_rows = 8, .min_blocks = 6 } },
-        .{ .q6_k, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true } }, .{ .q3_k, .{ .vocab_rows = 6, .min_blocks = 4, .prefetch = true } },
+        .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                               .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
+        .{ .bf16, .{ .vocab_rows = 4, .min_blocks = 4 } },                              .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4 } },
+        .{ .q8_0, .{ .vocab_rows = 8, .min_blocks = 6 } },                              .{ .q2_k, .{ .vocab_rows = 8, .min_blocks = 4, .bulk = 2 } },
+        .{ .q4_k, .{ .vocab_rows = 8, .min_blocks = 4, .bulk = 2 } },                   .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4, .bulk = 2 } },
+        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 4, .bulk = 2 } },                   .{ .q5_1, .{ .vocab_rows = 4, .min_blocks = 4, .bulk = 2 } },
+        .{ .q6_k, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true, .bulk = 2 } }, .{ .q3_k, .{ .vocab_rows = 6, .min_blocks = 4, .prefetch = true, .bulk = 2 } },
     } },
     .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
         .{ .f16, .{ .vocab_rows = 4 } },                    .{ .q8_0, .{ .vocab_rows = 4, .min_blocks = 6 } },
@@ -150,8 +167,14 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     const prefetch = try envCount("LMHEAD_CUDA_PREFETCH", 0, 1);
     const stages = try envCount("LMHEAD_CUDA_STAGES", 0, 4);
     if (stages == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_STAGES=1: expected 0, or 2 to 4", .{});
+    const bulk = try envCount("LMHEAD_CUDA_BULK", 0, 4);
+    if (bulk == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK=1: expected 0, or 2 to 4", .{});
+    if ((bulk orelse 0) > 0 and (stages orelse 0) > 0) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK and LMHEAD_CUDA_STAGES: a bulk ring or a ring of chunks, not both", .{});
     for (&result) |*t| {
-        t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages };
+        t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk };
+        // A forced ring of either kind replaces the other.
+        if (bulk != null and bulk.? > 0 and stages == null) t.forced.stages = 0;
+        if (stages != null and stages.? > 0 and bulk == null) t.forced.bulk = 0;
         for (formats.all) |f| {
             const shape = t.shapeOf(@intFromEnum(f.type));
             if (!validShape(shape)) return fail(error.InvalidArgument, "{s}: {d} vocab rows per warp in a ring of {d} stages exceed a block's 48 KiB of shared memory (LMHEAD_CUDA_VOCAB_ROWS, LMHEAD_CUDA_STAGES)", .{ f.name, shape.vocab_rows, shape.stages });
@@ -187,6 +210,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_CUDA_MIN_BLOCKS", shape.min_blocks },
         .{ "LMH_PREFETCH_ROWS", @intFromBool(shape.prefetch) },
         .{ "LMH_STAGES", shape.stages },
+        .{ "LMH_BULK_STAGES", shape.bulk },
     } });
 }
 
@@ -323,6 +347,8 @@ pub const Backend = struct {
     gpu_name: [96]u8 = @splat(0),
     arch: u32 = 0,
     multiprocessors: u32 = 0,
+    /// Shared memory a block may have, dynamic included, once its kernel opts in.
+    max_block_shared_bytes: u32 = 0,
 
     pub const name = "cuda";
     pub const host_visible = false;
@@ -364,6 +390,9 @@ pub const Backend = struct {
         try cuda.check(cuda.cuDeviceGetAttribute(&sms, driver.attribute_multiprocessor_count, backend.device), "cuDeviceGetAttribute");
         backend.arch = @intCast(major * 10 + minor);
         backend.multiprocessors = @intCast(@max(sms, 1));
+        var shared: c_int = 0;
+        try cuda.check(cuda.cuDeviceGetAttribute(&shared, driver.attribute_max_shared_memory_per_block_optin, backend.device), "cuDeviceGetAttribute");
+        backend.max_block_shared_bytes = @intCast(@max(shared, 0));
         try cuda.check(cuda.cuStreamCreate(&backend.stream, driver.stream_non_blocking), "cuStreamCreate");
         for (&backend.staging, &backend.staging_free) |*s, *e| {
             var host: ?*anyopaque = null;
@@ -418,7 +447,11 @@ pub const Backend = struct {
         const types = tuning.typesWith(shape);
         var found: [formats.all.len]driver.Function = @splat(null);
         inline for (formats.all, 0..) |f, t| {
-            if ((types >> @intFromEnum(f.type)) & 1 != 0) found[t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
+            if ((types >> @intFromEnum(f.type)) & 1 != 0) {
+                found[t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
+                // A bulk ring is dynamic shared memory, past the 48 KiB a kernel gets unasked.
+                if (shape.bulk != 0) try backend.cuda.check(backend.cuda.cuFuncSetAttribute(found[t], driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes)), "cuFuncSetAttribute");
+            }
         }
         // Kept only once every entry point is found: a module unloaded on failure stays out.
         for (formats.all, 0..) |f, t| if ((types >> @intCast(@intFromEnum(f.type))) & 1 != 0) {
@@ -482,10 +515,12 @@ pub const Backend = struct {
         defer backend.leave();
         const cuda = backend.cuda;
         var device_pointer: driver.DevicePointer = 0;
-        cuda.check(cuda.cuMemAlloc_v2(&device_pointer, @intCast(bytes)), "cuMemAlloc") catch
+        // A multiple of 16 bytes: a bulk copy reads the 16-byte pieces around its rows.
+        const padded = std.mem.alignForward(u64, bytes, 16);
+        cuda.check(cuda.cuMemAlloc_v2(&device_pointer, @intCast(padded)), "cuMemAlloc") catch
             return fail(error.OutOfMemory, "CUDA could not allocate {d} bytes of device memory", .{bytes});
         errdefer _ = cuda.cuMemFree_v2(device_pointer);
-        try cuda.check(cuda.cuMemsetD8Async(device_pointer, 0, @intCast(bytes), backend.stream), "cuMemsetD8Async");
+        try cuda.check(cuda.cuMemsetD8Async(device_pointer, 0, @intCast(padded), backend.stream), "cuMemsetD8Async");
         try cuda.check(cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
         return .{ .pointer = device_pointer, .bytes = bytes };
     }
@@ -571,8 +606,18 @@ pub const Backend = struct {
             .matvec => |c| {
                 const pass = passIndex(c.params.rows);
                 std.debug.assert(backend.modules[pass][formatIndex(c.params.type_id)] != null); // loaded by execute
-                const grid = warpGrid(c.params.vocab, backend.tunings[pass].shapeOf(c.params.type_id).vocab_rows);
-                try backend.launch(k.matvec[pass][formatIndex(c.params.type_id)], grid, threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
+                const shape = backend.tunings[pass].shapeOf(c.params.type_id);
+                const f = k.matvec[pass][formatIndex(c.params.type_id)];
+                var grid = warpGrid(c.params.vocab, shape.vocab_rows);
+                const shared = bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
+                if (shared != 0) {
+                    // Persistent blocks, as many as the SMs hold: each warp's ring runs ahead
+                    // across the groups of vocab rows it computes.
+                    var blocks: c_int = 0;
+                    try backend.cuda.check(backend.cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, threads_per_block, shared), "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+                    grid = @min(grid, @as(u32, @intCast(@max(blocks, 1))) * backend.multiprocessors);
+                }
+                try backend.launchShared(f, grid, threads_per_block, shared, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
             .softcap => |c| {
                 const blocks = @min(std.math.divCeil(u64, c.params.values, threads_per_block) catch unreachable, 32 * @as(u64, backend.multiprocessors));
@@ -605,6 +650,11 @@ pub const Backend = struct {
 
     /// One launch: `args` are the kernel's parameters by value, in order.
     fn launch(backend: *Backend, f: driver.Function, grid: u32, block: u32, args: anytype) Error!void {
+        return backend.launchShared(f, grid, block, 0, args);
+    }
+
+    /// One launch with `shared` bytes of dynamic shared memory per block.
+    fn launchShared(backend: *Backend, f: driver.Function, grid: u32, block: u32, shared: u32, args: anytype) Error!void {
         // Each value is copied to runtime storage (a tuple may hold comptime-known fields).
         var storage: [args.len][max_argument_bytes]u8 align(16) = undefined;
         var pointers: [args.len]?*anyopaque = undefined;
@@ -614,7 +664,7 @@ pub const Backend = struct {
             @memcpy(storage[i][0..@sizeOf(@TypeOf(value))], std.mem.asBytes(&value));
             pointers[i] = &storage[i];
         }
-        try backend.cuda.check(backend.cuda.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, backend.stream, &pointers, null), "cuLaunchKernel");
+        try backend.cuda.check(backend.cuda.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared, backend.stream, &pointers, null), "cuLaunchKernel");
     }
 
     /// Device read bandwidth, bytes per second: the median of `passes` 16-byte-load sweeps
@@ -673,6 +723,20 @@ pub const Backend = struct {
 fn formatIndex(type_id: u32) usize {
     for (formats.all, 0..) |f, i| if (@intFromEnum(f.type) == type_id) return i;
     unreachable; // the session admitted the type
+}
+
+/// A block's bulk rings for a matvec of `shape` (kernels.h LMH_BULK_STAGES): per warp, a
+/// barrier per stage, then the stages, each a group of vocab rows with the 16-byte pieces
+/// around them (lmh_bulk_stage_bytes). 0 where there is none, for a dense type, or where
+/// they exceed `max_bytes` (the kernel then reads the weights where they are).
+fn bulkRingBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
+    const dense = for ([_]formats.Type{ .f32, .f16, .bf16 }) |t| {
+        if (p.type_id == @intFromEnum(t)) break true;
+    } else false;
+    if (shape.bulk == 0 or dense) return 0;
+    const stage_bytes = (@as(u64, shape.vocab_rows) * p.row_bytes + 30) & ~@as(u64, 15);
+    const bytes = warps_per_block * (bulk_barrier_bytes + shape.bulk * stage_bytes);
+    return if (bytes <= max_bytes) @intCast(bytes) else 0;
 }
 
 /// Blocks of `warps_per_block` warps for `items` items, `per_warp` to a warp.
@@ -749,6 +813,46 @@ test "LMHEAD_CUDA_STAGES sets every type's ring; 1 stage, or rings over 48 KiB a
     try std.testing.expect(std.mem.indexOf(u8, status.message(), "11 vocab rows per warp in a ring of 4 stages") != null);
     _ = setenv("LMHEAD_CUDA_VOCAB_ROWS", "10", 1);
     _ = try tuningsFromEnv();
+}
+
+test "LMHEAD_CUDA_BULK sets every type's bulk ring in place of a ring of chunks; 1 stage is an error that says so" {
+    defer _ = unsetenv("LMHEAD_CUDA_BULK");
+    _ = setenv("LMHEAD_CUDA_BULK", "3", 1);
+    for (try tuningsFromEnv()) |tuning| for (formats.all) |f| {
+        const shape = tuning.shapeOf(@intFromEnum(f.type));
+        try std.testing.expectEqual(@as(u32, 3), shape.bulk);
+        try std.testing.expectEqual(@as(u32, 0), shape.stages);
+    };
+    _ = setenv("LMHEAD_CUDA_BULK", "0", 1);
+    for (try tuningsFromEnv()) |tuning| for (formats.all) |f| {
+        try std.testing.expectEqual(@as(u32, 0), tuning.shapeOf(@intFromEnum(f.type)).bulk);
+    };
+    _ = setenv("LMHEAD_CUDA_BULK", "1", 1);
+    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "LMHEAD_CUDA_BULK=1") != null);
+    _ = setenv("LMHEAD_CUDA_BULK", "2", 1);
+    _ = setenv("LMHEAD_CUDA_STAGES", "2", 1);
+    defer _ = unsetenv("LMHEAD_CUDA_STAGES");
+    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "not both") != null);
+    try std.testing.expect(!validShape(.{ .vocab_rows = 4, .stages = 3, .bulk = 2 }));
+}
+
+test "a bulk ring takes a block's shared memory for quantized types only, and only where its stages fit" {
+    const shape: Shape = .{ .vocab_rows = 4, .bulk = 2 };
+    // Q6_K at hidden 2816: 11 blocks of 210 bytes a row; a stage holds 4 rows and the pieces around them.
+    const q6_k: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 1000, .type_id = @intFromEnum(formats.Type.q6_k), .row_bytes = 2310, .chunks = 11 };
+    const stage_bytes = (4 * 2310 + 30) / 16 * 16;
+    try std.testing.expectEqual(@as(u32, warps_per_block * (bulk_barrier_bytes + 2 * stage_bytes)), bulkRingBytes(shape, q6_k, 227 << 10));
+    try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(shape, q6_k, warps_per_block * (bulk_barrier_bytes + 2 * stage_bytes) - 1));
+    try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(.{ .vocab_rows = 4 }, q6_k, 227 << 10));
+    var dense = q6_k;
+    dense.type_id = @intFromEnum(formats.Type.f16);
+    dense.row_bytes = 2 * 2816;
+    try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(shape, dense, 227 << 10));
+    // A row past what a block holds (Q8_0 at hidden 2^20) reads the weights where they are.
+    const huge: params.Matvec = .{ .rows = 1, .hidden = 1 << 20, .vocab = 8, .type_id = @intFromEnum(formats.Type.q8_0), .row_bytes = 34 << 15, .chunks = 1 << 12 };
+    try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(shape, huge, 227 << 10));
 }
 
 test "a pass size's shapes are its modules: each once, together holding every head type" {

@@ -76,6 +76,65 @@ LMH_FN void lmh_cuda_stage_copy16(lmh_u8 *shared, const lmh_u8 *global) {
 #define LMH_STAGE_WAIT(newest) asm volatile("cp.async.wait_group %0;" : : "n"(newest) : "memory")
 #define LMH_STAGE_SYNC() __syncwarp()
 
+// kernels.h's bulk ring (LMH_BULK_STAGES): the block's dynamic shared memory, split evenly
+// between its warps (the host sizes it, 0 for none); a warp's part starts with an mbarrier
+// per stage, then its stages. Lane 0 starts each copy (cp.async.bulk, sm_90: the SM's tensor
+// memory accelerator moves the bytes and signals the stage's barrier with their count);
+// every lane waits on the barrier's phase, which orders the copy's bytes before its reads.
+#ifdef __CUDA_ARCH__
+extern __shared__ __align__(16) lmh_u8 lmh_cuda_dynamic_shared[];
+#else
+extern lmh_u8 lmh_cuda_dynamic_shared[]; // the host syntax check's stand-in
+#endif
+#define LMH_CUDA_BULK_BARRIER_BYTES 64u
+LMH_FN lmh_u32 lmh_cuda_warp_shared_bytes(void) {
+    lmh_u32 bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    lmh_u32 shift = 0u; // a block holds a power of two of warps (the host's block size)
+    while ((32u << shift) < blockDim.x) shift++;
+    return (bytes >> shift) & ~15u;
+}
+LMH_FN lmh_u8 *lmh_cuda_warp_shared(void) {
+    return lmh_cuda_dynamic_shared + (threadIdx.x >> 5) * lmh_cuda_warp_shared_bytes();
+}
+LMH_FN lmh_u32 lmh_cuda_shared_address(const void *p) {
+    return (lmh_u32)__cvta_generic_to_shared(p);
+}
+LMH_FN lmh_u32 lmh_cuda_bulk_barrier(lmh_u32 stage) {
+    return lmh_cuda_shared_address(lmh_cuda_warp_shared()) + 8u * stage;
+}
+LMH_FN lmh_u32 lmh_cuda_bulk_ring_bytes(void) {
+    lmh_u32 bytes = lmh_cuda_warp_shared_bytes();
+    return bytes > LMH_CUDA_BULK_BARRIER_BYTES ? bytes - LMH_CUDA_BULK_BARRIER_BYTES : 0u;
+}
+LMH_FN void lmh_cuda_bulk_start(lmh_u32 stages, lmh_u32 lane) {
+    if (lane == 0u) {
+        for (lmh_u32 s = 0u; s < stages; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" : : "r"(lmh_cuda_bulk_barrier(s)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" : : : "memory");
+    }
+    __syncwarp();
+}
+LMH_FN void lmh_cuda_bulk_copy(lmh_u32 stage, lmh_u8 *shared, const lmh_u8 *global, lmh_u32 bytes) {
+    lmh_u32 barrier = lmh_cuda_bulk_barrier(stage);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" : : "r"(barrier), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 : : "r"(lmh_cuda_shared_address(shared)), "l"(__cvta_generic_to_global(global)), "r"(bytes), "r"(barrier) : "memory");
+}
+LMH_FN void lmh_cuda_bulk_wait(lmh_u32 stage, lmh_u32 phase) {
+    lmh_u32 barrier = lmh_cuda_bulk_barrier(stage);
+    lmh_u32 done = 0u;
+    while (done == 0u) {
+        asm volatile("{\n\t.reg .pred complete;\n\tmbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n\tselp.u32 %0, 1, 0, complete;\n\t}"
+                     : "=r"(done) : "r"(barrier), "r"(phase) : "memory");
+    }
+}
+#define LMH_BULK_RING() (lmh_cuda_warp_shared() + LMH_CUDA_BULK_BARRIER_BYTES)
+#define LMH_BULK_RING_BYTES() lmh_cuda_bulk_ring_bytes()
+#define LMH_BULK_START(lane) lmh_cuda_bulk_start(LMH_BULK_STAGES, (lane))
+#define LMH_BULK_COPY(stage, shared, global, bytes) lmh_cuda_bulk_copy((stage), (shared), (global), (bytes))
+#define LMH_BULK_WAIT(stage, phase) lmh_cuda_bulk_wait((stage), (phase))
+#define LMH_BULK_SYNC() __syncwarp()
+
 // Aligned little-endian loads from a byte buffer: p is even for lmh_load16 and a multiple
 // of 4 for lmh_load32 (kernels.h says why each address is).
 LMH_FN lmh_u32 lmh_load16(const lmh_u8 *p) {

@@ -54,6 +54,28 @@ static _Thread_local lmh_u8 *ring_end;
 #define LMH_STAGE_SYNC() lmh_emulator_sync()
 #endif
 
+// kernels.h's bulk ring (LMH_BULK_STAGES), checked as the staging is: a stage reads as
+// poison from the moment a copy into it starts until a wait on its barrier lands it; a
+// copy must be 16-byte aligned, lie in the ring, come from the weights' 16-byte pieces and
+// start on a barrier with no copy pending; a wait for a phase that no copy completes (a GPU
+// would wait for ever) fails the dispatch. Each simdgroup's ring holds
+// LMH_EMULATOR_BULK_RING_BYTES.
+#ifdef LMH_BULK_STAGES
+#define LMH_EMULATOR_BULK
+#define LMH_EMULATOR_BULK_RING_BYTES 32768u
+static void lmh_emulator_bulk_start(lmh_u32 lane);
+static void lmh_emulator_bulk_copy(lmh_u32 stage, lmh_u8 *ring, const lmh_u8 *weights, lmh_u32 bytes);
+static void lmh_emulator_bulk_wait(lmh_u32 stage, lmh_u32 phase);
+static void lmh_emulator_sync(void);
+static _Thread_local _Alignas(16) lmh_u8 lmh_emulator_bulk_ring[LMH_EMULATOR_BULK_RING_BYTES];
+#define LMH_BULK_RING() lmh_emulator_bulk_ring
+#define LMH_BULK_RING_BYTES() LMH_EMULATOR_BULK_RING_BYTES
+#define LMH_BULK_START(lane) lmh_emulator_bulk_start(lane)
+#define LMH_BULK_COPY(stage, ring, weights, bytes) lmh_emulator_bulk_copy((stage), (ring), (weights), (bytes))
+#define LMH_BULK_WAIT(stage, phase) lmh_emulator_bulk_wait((stage), (phase))
+#define LMH_BULK_SYNC() lmh_emulator_sync()
+#endif
+
 #include "../kernels.h"
 
 #ifndef LMH_EMULATOR
@@ -199,6 +221,14 @@ typedef struct {
     } pending[lane_count][pending_copies];
     lmh_u32 pending_count[lane_count];
     lmh_u32 groups[lane_count];
+    // Each bulk stage's barrier (kernels.h allows 4 stages at most): its copy in flight
+    // (bytes 0: none), and its completed phases.
+    struct {
+        lmh_u8 *ring;
+        const lmh_u8 *weights;
+        lmh_u32 bytes;
+        lmh_u32 phases;
+    } bulk[4];
     int error;
 } lmh_simdgroup;
 
@@ -256,6 +286,46 @@ static void lmh_emulator_stage_wait(lmh_u32 newest) {
 }
 #endif
 
+#ifdef LMH_EMULATOR_BULK
+static void lmh_emulator_bulk_start(lmh_u32 lane) {
+    if (lane == 0u) memset(current->bulk, 0, sizeof current->bulk);
+    lmh_emulator_sync();
+}
+
+static void lmh_emulator_bulk_copy(lmh_u32 stage, lmh_u8 *ring, const lmh_u8 *weights, lmh_u32 bytes) {
+    lmh_simdgroup *g = current;
+    // The 16-byte pieces that hold the weights' bytes.
+    unsigned long long pieces_first = (unsigned long long)weights_first & ~15ull;
+    unsigned long long pieces_end = ((unsigned long long)weights_end + 15u) & ~15ull;
+    int aligned = (((unsigned long long)ring | (unsigned long long)weights | bytes) & 15u) == 0u;
+    int in_ring = ring >= lmh_emulator_bulk_ring && ring + bytes <= lmh_emulator_bulk_ring + LMH_EMULATOR_BULK_RING_BYTES;
+    int in_weights = (unsigned long long)weights >= pieces_first && (unsigned long long)weights + bytes <= pieces_end;
+    if (stage >= LMH_BULK_STAGES || bytes == 0u || !aligned || !in_ring || !in_weights || g->bulk[stage].bytes != 0u) fail(g, dispatch_bad_stage);
+    memset(ring, stage_poison, bytes);
+    g->bulk[stage].ring = ring;
+    g->bulk[stage].weights = weights;
+    g->bulk[stage].bytes = bytes;
+}
+
+// Lands the stage's copy, if one is in flight, completing a phase; then the phase waited
+// for must be complete. The bytes outside the weights (in their first and last 16-byte
+// pieces) stay poison: no decoder reads them.
+static void lmh_emulator_bulk_wait(lmh_u32 stage, lmh_u32 phase) {
+    lmh_simdgroup *g = current;
+    if (stage >= LMH_BULK_STAGES) fail(g, dispatch_bad_stage);
+    if (g->bulk[stage].bytes != 0u) {
+        for (lmh_u32 b = 0; b < g->bulk[stage].bytes; b++) {
+            const lmh_u8 *from = g->bulk[stage].weights + b;
+            if (from >= weights_first && from < weights_end) g->bulk[stage].ring[b] = *from;
+        }
+        g->bulk[stage].bytes = 0u;
+        g->bulk[stage].phases++;
+    }
+    // Phase k completes with the k-th copy; parity `phase` names the latest one of that parity.
+    if (g->bulk[stage].phases == 0u || ((g->bulk[stage].phases - 1u) & 1u) != phase) fail(g, dispatch_bad_stage);
+}
+#endif
+
 // Lane `lane` has done its part of the round (the same as lane 0's, or it fails).
 static void check_round(lmh_simdgroup *g, lmh_u32 lane, int returned, lmh_u32 mask) {
     if (lane == 0) {
@@ -292,7 +362,7 @@ static lmh_u32 lmh_emulator_shuffle(lmh_u32 bits, lmh_u32 source) {
     return shuffle_round(bits, indexed_shuffle, source);
 }
 
-#ifdef LMH_EMULATOR_STAGED
+#if defined(LMH_EMULATOR_STAGED) || defined(LMH_EMULATOR_BULK)
 // A simdgroup barrier: a round with no value exchanged.
 static void lmh_emulator_sync(void) {
     (void)lmh_emulator_shuffle_xor(0u, 0u);

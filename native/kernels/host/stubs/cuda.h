@@ -23,6 +23,7 @@ unsigned int __shfl_sync(unsigned int members, unsigned int value, int source_la
 [[noreturn]] void __trap(void);
 void __syncwarp(void);
 unsigned long long __cvta_generic_to_shared(const void *pointer);
+unsigned long long __cvta_generic_to_global(const void *pointer);
 struct uint4 {
     unsigned int x, y, z, w;
 };
