@@ -105,14 +105,13 @@ pub fn matvecScratchValues(rows: usize) usize {
 /// Width of elementwise vectors; elementwise results do not depend on it.
 const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
-/// Batch rows swept together: 2 tile rows × a group of accumulators (2 registers each
-/// with 512-bit vectors) and their operands fit the register file.
-const rows_per_group = if (elementwise_width >= 16) 4 else 2;
-/// Batches this small use each chunk straight from the decoder's registers. Dense
-/// types hold more registers while decoding (their transposes), so they stop one row
-/// earlier: measured, a 4-row F16 batch spilled and ran at 1/2 speed.
+/// Batches this small use each chunk straight from the decoder's registers, where a pair
+/// of vocab rows holds 2 accumulators of 32 lanes per batch row. Dense types hold more
+/// registers while decoding (their transposes), so they stop one row earlier: measured, a
+/// 4-row F16 batch spilled and ran at 1/2 speed.
 fn fusedRowsMax(comptime t: formats.Type) usize {
-    return if (formats.of(t).block_values == 1) rows_per_group - 1 else rows_per_group;
+    const rows = if (elementwise_width >= 16) 4 else 2;
+    return if (formats.of(t).block_values == 1) rows - 1 else rows;
 }
 /// Vocab rows a small batch decodes side by side: two give each lane's chain of fmas
 /// another to overlap with. Measured on a 2-core Xeon (AVX-512): 4–13% faster at N = 1…4
@@ -131,23 +130,35 @@ fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
 /// tile is 6 rows, two sweeps of 3 (8 was 3 + 3 + 2, and at N = 32 its accumulators alone
 /// filled 32 KiB of the 48 KiB L1): interleaved, vocab 131072, N = 5 to 64, Q8_0 5–9%,
 /// F16 3–8%, BF16 1–11%, Q2_K 1–4% faster, Q4_K and Q6_K 0–5% at N ≥ 8 (Q6_K N = 5 4%
-/// slower); blocks of 3 or 4 chunks were slower than 2 again. The AVX2 level keeps 8 (6 was
-/// 2–5% slower for F16 and Q8_0).
-const tile_rows_max = if (elementwise_width >= 16) 6 else 8;
+/// slower); blocks of 3 or 4 chunks were slower than 2 again. The AVX2 level, with its
+/// one-register accumulators (sweep_parts), takes 6 rows too: 0–4% faster than 8 (3 + 3 + 2)
+/// for Q8_0, F16, Q4_K and Q6_K at N = 3 to 32 on a 2-core AMD EPYC (Zen 1), vocab 32768,
+/// A-B-A-B.
+const tile_rows_max = 6;
 /// Tile rows a sweep takes at once against a group of batch rows: 3 × 4 accumulators (24
 /// registers) with 512-bit vectors, where 2 × 4 loaded 12 vectors per 16 fmas and 3 × 4
 /// loads 14 per 24; measured on a 2-core Xeon (AVX-512), interleaved, vocab 262144: Q8_0
 /// and F16 at N = 8 and 32 2–5% faster (Q6_K too, at vocab 131072); a tile of 9 rows (3
-/// sweeps of 3) was no faster. Narrower vectors keep pairs.
-const tile_rows_per_sweep = if (elementwise_width >= 16) 3 else 2;
+/// sweeps of 3) was no faster. With 256-bit vectors (Zen 1, as above) 3 × 4 beat 4 × 3 by
+/// 0–12%.
+const tile_rows_per_sweep = 3;
+/// Batch rows a sweep takes at once: 3 tile rows × 4 batch rows of accumulators, with the
+/// tile rows' weights in registers and each batch row's inputs an operand of their fmas.
+const sweep_group_rows = 4;
 /// Lanes of the vectors a sweep holds its accumulators in. With 512-bit vectors, one
 /// register's width: as 32-lane vectors LLVM moved every accumulator to another register
 /// each step (about 30 moves and a spill per 24 fmas, in the disassembly); measured on a
 /// 2-core Xeon (AVX-512), interleaved, vocab 131072: N = 32 2.5-6% faster for Q8_0, F16, Q6_K
-/// and Q4_K, N = 8 within 1%. The AVX2 level was 8-20% slower at N = 32 with its own width
-/// and keeps 32 lanes.
-const sweep_width = if (elementwise_width >= 16) elementwise_width else lanes.lane_count;
+/// and Q4_K, N = 8 within 1%.
+const sweep_width = elementwise_width;
 const SweepVector = @Vector(sweep_width, f32);
+/// Parts of each accumulator (sweep_width lanes each) one pass over the block holds: both
+/// with 512-bit vectors (24 of the 32 registers), one with narrower ones, whose 16 registers
+/// 32-lane accumulators filled at 2 × 2 and spilled. AVX2 on a 2-core AMD EPYC (Zen 1), vocab
+/// 32768, A-B-A-B against 2 × 2 32-lane accumulators (and tiles of 8 rows), every head
+/// type: 13–32% less a call at N = 8, 23–36% at N = 32 (Q8_0 47 → 35 ms and 171 → 111 ms),
+/// N = 3 within 2% to 19% less.
+const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width else 1;
 /// Whether a small batch adds each decoded value into its fmas as the decoder puts it
 /// (FmaSink), instead of storing the chunk and reading it back; quantized codes are then
 /// converted a group of lanes at a time (decode.codes_by_group). In a profile of Q8_0 at
@@ -396,9 +407,9 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 var r: usize = 0;
                 while (r < rows) {
                     // Full groups, then one group of the rows left, so that every weight load serves them all.
-                    const group = @min(rows_per_group, rows - r);
+                    const group = @min(sweep_group_rows, rows - r);
                     switch (group) {
-                        inline 1...rows_per_group => |g| job.sweepGroup(g, decoded, accs, tile_rows, r, begin, end),
+                        inline 1...sweep_group_rows => |g| job.sweepGroup(g, decoded, accs, tile_rows, r, begin, end),
                         else => unreachable,
                     }
                     r += group;
@@ -421,44 +432,42 @@ fn MatvecKernel(comptime t: formats.Type) type {
         }
 
         /// Tile rows [first_t, +count) against batch rows [first_row, +group), values [begin, end)
-        /// (the decoded block holds each tile row's values from begin).
+        /// (the decoded block holds each tile row's values from begin), sweep_parts of each
+        /// accumulator per pass.
         inline fn sweep(job: *const Kernel, comptime count: usize, comptime group: usize, decoded: []const f32, accs: []Lanes, first_t: usize, first_row: usize, begin: usize, end: usize) void {
             const rows = job.p.rows;
             const parts = lanes.lane_count / sweep_width;
-            var acc: [count][group][parts]SweepVector = undefined;
-            inline for (0..count) |tr| inline for (0..group) |g| inline for (0..parts) |q| {
-                acc[tr][g][q] = loadPart(accs, (first_t + tr) * rows + first_row + g, q);
-            };
-            var at = begin;
-            while (at < end) : (at += lanes.lane_count) {
-                inline for (0..group) |g| inline for (0..parts) |q| {
-                    const y: SweepVector = job.inputs[(first_row + g) * job.row_values + at + q * sweep_width ..][0..sweep_width].*;
-                    inline for (0..count) |tr| {
-                        const w: SweepVector = decoded[(first_t + tr) * tile_block_values + (at - begin) + q * sweep_width ..][0..sweep_width].*;
-                        acc[tr][g][q] = @mulAdd(SweepVector, w, y, acc[tr][g][q]);
-                    }
+            inline for (0..parts / sweep_parts) |pass| {
+                var acc: [count][group][sweep_parts]SweepVector = undefined;
+                inline for (0..count) |tr| inline for (0..group) |g| inline for (0..sweep_parts) |p| {
+                    acc[tr][g][p] = loadPart(accs, (first_t + tr) * rows + first_row + g, pass * sweep_parts + p);
+                };
+                var at = begin;
+                while (at < end) : (at += lanes.lane_count) {
+                    inline for (0..group) |g| inline for (0..sweep_parts) |p| {
+                        const lane = (pass * sweep_parts + p) * sweep_width;
+                        const y: SweepVector = job.inputs[(first_row + g) * job.row_values + at + lane ..][0..sweep_width].*;
+                        inline for (0..count) |tr| {
+                            const w: SweepVector = decoded[(first_t + tr) * tile_block_values + (at - begin) + lane ..][0..sweep_width].*;
+                            acc[tr][g][p] = @mulAdd(SweepVector, w, y, acc[tr][g][p]);
+                        }
+                    };
+                }
+                inline for (0..count) |tr| inline for (0..group) |g| inline for (0..sweep_parts) |p| {
+                    storePart(accs, (first_t + tr) * rows + first_row + g, pass * sweep_parts + p, acc[tr][g][p]);
                 };
             }
-            inline for (0..count) |tr| inline for (0..group) |g| inline for (0..parts) |q| {
-                storePart(accs, (first_t + tr) * rows + first_row + g, q, acc[tr][g][q]);
-            };
         }
     };
 }
 
-/// Lanes [q·sweep_width, +sweep_width) of accumulator i (with one part, the accumulator
-/// itself, loaded as a vector: read as an array, the AVX2 level's F16 at N = 32 was 4% slower).
+/// Lanes [q·sweep_width, +sweep_width) of accumulator i.
 inline fn loadPart(accs: []const Lanes, i: usize, comptime q: usize) SweepVector {
-    if (sweep_width == lanes.lane_count) return accs[i];
     const all: *const [lanes.lane_count]f32 = @ptrCast(&accs[i]);
     return all[q * sweep_width ..][0..sweep_width].*;
 }
 
 inline fn storePart(accs: []Lanes, i: usize, comptime q: usize, v: SweepVector) void {
-    if (sweep_width == lanes.lane_count) {
-        accs[i] = v;
-        return;
-    }
     const all: *[lanes.lane_count]f32 = @ptrCast(&accs[i]);
     all[q * sweep_width ..][0..sweep_width].* = v;
 }
