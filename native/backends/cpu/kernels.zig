@@ -116,9 +116,15 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// Vocab rows a small batch decodes side by side: two give each lane's chain of fmas
 /// another to overlap with. Measured on a 2-core Xeon (AVX-512): 4–13% faster at N = 1…4
 /// for most types (BF16 N = 1 -11%, Q6_K -7%, Q8_0 -4%, Q4_K N = 3 -12%), but 2–8% slower
-/// at N = 1 for F32, Q4_0 and Q4_K, which keep one.
+/// at N = 1 for F32, Q4_0 and Q4_K, which keep one. With 256-bit vectors one row at N = 1
+/// (its 4 accumulators and the decoder fit the 16 registers; two rows spilled): on a 2-core
+/// AMD EPYC (Zen 1), vocab 32768, A-B-A-B, twice, Q2_K 23–28% less a call, Q3_K 9–11%, Q6_K
+/// 6–7%, Q8_0 3–6%, BF16 3–8%, the others within the runs' noise (4%), but Q5_K 1–11% more,
+/// so it keeps two.
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
-    return if (group == 1 and (t == .f32 or t == .q4_0 or t == .q4_k)) 1 else 2;
+    if (group != 1) return 2;
+    if (elementwise_width < 16) return if (t == .q5_k) 2 else 1;
+    return if (t == .f32 or t == .q4_0 or t == .q4_k) 1 else 2;
 }
 /// Larger batches take a tile of vocab rows 2 chunks at a time: the block is decoded into
 /// L1 (2 KiB a row) and swept there by every batch row, a group at a time, so only the
