@@ -148,8 +148,8 @@ const codes_through_l1 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureS
 /// where this is. A group's codes cross the halves once (laneQuads), then each step takes
 /// one in-half byte shuffle (codeHigh): measured on a 2-core AMD EPYC (Zen 1, AVX2), vocab
 /// 32768 × hidden 2816, A-B-A-B against an 8 × 8 byte transpose per group (which LLVM built
-/// from a cross-half `vpermd` per two steps): every quantized type 17-38% less a call at N =
-/// 1 (Q8_0 16.4 → 11.4 ms), 8-27% at N = 2, 5-16% at N = 8.
+/// from a cross-half `vpermd` per two steps): every quantized type 17–38% less a call at N =
+/// 1 (Q8_0 16.4 → 11.4 ms), 8–27% at N = 2, 5–16% at N = 8.
 pub const codes_by_group = builtin.cpu.arch == .x86_64 and !std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f);
 
 /// Converts a chunk's codes (4 natural-order groups of 64, as the decoders build them) and
@@ -199,20 +199,14 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), scale: V32f, comptime mi
 
 /// A natural-order group's codes (lane l's 8 codes at bytes 8l..8l+7) as two vectors of 8
 /// words: word l of quads[h] holds lane l's codes 4h..4h+3. Only this step crosses the
-/// vector's 128-bit halves; the barrier keeps LLVM from folding it into every step's
-/// shuffle (as one cross-half `vpermd` per two steps, three micro-ops on Zen).
+/// vector's 128-bit halves (on AVX2 a `vshufps` and a `vpermpd` per vector, in the
+/// disassembly).
 inline fn laneQuads(x: @Vector(64, u8)) [2]@Vector(32, u8) {
     comptime var m: [2][32]i32 = undefined;
     inline for (0..2) |h| inline for (0..8) |l| inline for (0..4) |b| {
         m[h][4 * l + b] = 8 * l + 4 * h + b;
     };
-    return .{ opaqueVec(@shuffle(u8, x, undefined, m[0])), opaqueVec(@shuffle(u8, x, undefined, m[1])) };
-}
-
-/// v, opaque to the optimizer where it fits a vector register (AVX's 256 bits).
-inline fn opaqueVec(v: @Vector(32, u8)) @Vector(32, u8) {
-    if (!std.Target.x86.featureSetHas(builtin.cpu.features, .avx)) return v;
-    return asm ("" : [out] "=x" (-> @Vector(32, u8)) : [in] "0" (v));
+    return .{ @shuffle(u8, x, undefined, m[0]), @shuffle(u8, x, undefined, m[1]) };
 }
 
 /// Code i of each lane's word in the word's top byte, the rest zero: q·2^24 as an i32 for
