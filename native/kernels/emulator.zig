@@ -22,6 +22,7 @@ pub fn Emulator(comptime prefix: []const u8) type {
         const rsqrt_c = @extern(*const fn ([*]const f32, [*]f32, u64) callconv(.c) void, .{ .name = prefix ++ "_rsqrt" });
         const tanh_c = @extern(*const fn ([*]const f32, [*]f32, u64) callconv(.c) void, .{ .name = prefix ++ "_tanh" });
         const layout_entry_c = @extern(*const fn (u32, *[*:0]const u8, *u64) callconv(.c) c_int, .{ .name = prefix ++ "_layout_entry" });
+        const bulk_stage_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_bulk_stage_bytes" });
 
         /// The kernel named `name` (core/registry.zig's names, e.g. "matvec_Q6_K_f32").
         pub fn kernel(name: []const u8) Error!u32 {
@@ -62,6 +63,12 @@ pub fn Emulator(comptime prefix: []const u8) type {
         pub fn tanh(x: []const f32, y: []f32) void {
             std.debug.assert(x.len == y.len);
             tanh_c(x.ptr, y.ptr, x.len);
+        }
+
+        /// kernels.h's bytes of a bulk stage for vocab rows of `row_bytes` (a build with a bulk
+        /// ring only: `retuned`, of 3 vocab rows per simdgroup).
+        pub fn bulkStageBytes(row_bytes: u32) u64 {
+            return bulk_stage_bytes_c(row_bytes);
         }
 
         /// Entry `index` of the C layouts (a size or an offset, named as the Zig structs

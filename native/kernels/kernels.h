@@ -917,6 +917,14 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
     return acc;
 }
 
+#if LMH_STAGES > 0 || LMH_BULK_STAGES > 0
+// Where p lies from the 16-byte boundary below it: both rings copy 16-byte pieces from that
+// boundary, so a stage holds p's bytes at this offset.
+LMH_FN lmh_u32 lmh_skew16(LMH_GLOBAL const lmh_u8 *p) {
+    return (lmh_u32)((lmh_u64)p & 15u);
+}
+#endif
+
 #if LMH_STAGES > 0
 // A stage holds one chunk of each of a simdgroup's vocab rows, each copied in 16-byte pieces
 // from the 16-byte boundary at or below its first byte, in LMH_STAGE_ROW_BYTES (params.h).
@@ -925,16 +933,11 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
 #define LMH_STAGE_BYTES (LMH_VOCAB_ROWS_PER_SIMDGROUP * LMH_STAGE_ROW_BYTES)
 LMH_STAGE_RING_DEFINE(LMH_STAGES * LMH_STAGE_BYTES)
 
-// Where a chunk's first byte lies in its stage: its offset from the 16-byte boundary below.
-LMH_FN lmh_u32 lmh_stage_skew(LMH_GLOBAL const lmh_u8 *chunk) {
-    return (lmh_u32)((lmh_u64)chunk & 15u);
-}
-
 // Chunk c of every vocab row into `stage`: lane l copies piece l of each row's window.
 LMH_FN void lmh_stage_chunk(lmh_vocab_rows vocab, lmh_u32 chunk_bytes, lmh_u32 c, lmh_u8 *stage, lmh_u32 lane) {
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         LMH_GLOBAL const lmh_u8 *chunk = vocab.row[m] + c * chunk_bytes;
-        lmh_u32 skew = lmh_stage_skew(chunk);
+        lmh_u32 skew = lmh_skew16(chunk);
         lmh_u32 at = lane << 4;
         if (at < skew + chunk_bytes) LMH_STAGE_COPY16(stage + m * LMH_STAGE_ROW_BYTES + at, chunk - skew + at);
     }
@@ -970,7 +973,7 @@ LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_
             at.row[m] = vocab.row[m] + c * chunk_bytes;
             at.skew[m] = vocab.skew[m];
             staged.skew[m] = vocab.skew[m];
-            staged.row[m] = ring + stage * LMH_STAGE_BYTES + m * LMH_STAGE_ROW_BYTES + lmh_stage_skew(at.row[m]);
+            staged.row[m] = ring + stage * LMH_STAGE_BYTES + m * LMH_STAGE_ROW_BYTES + lmh_skew16(at.row[m]);
         }
         table = lmh_refill_table(type, group, table, at, c, chunks - c, lane);
         acc = lmh_matvec_chunk(p, type, x, staged, table, group, row0, rows_per_pass, c, load, lane, acc);
@@ -1081,17 +1084,12 @@ LMH_FN lmh_u64 lmh_bulk_stage_bytes(lmh_u32 row_bytes) {
     return ((lmh_u64)LMH_VOCAB_ROWS_PER_SIMDGROUP * row_bytes + 30u) & ~(lmh_u64)15u;
 }
 
-// Where the group's first byte lies in its stage: its offset from the 16-byte boundary below.
-LMH_FN lmh_u32 lmh_bulk_skew(LMH_GLOBAL const lmh_u8 *rows) {
-    return (lmh_u32)((lmh_u64)rows & 15u);
-}
-
 // Starts the copy of the group at vocab row `first` into stage `stage` (at `to`); one lane
 // issues it.
 LMH_FN void lmh_bulk_fetch(lmh_matvec_params p, LMH_GLOBAL const lmh_u8 *w, lmh_u64 first, lmh_u32 stage, lmh_u8 *to) {
     lmh_u64 rows = p.vocab - first < LMH_VOCAB_ROWS_PER_SIMDGROUP ? p.vocab - first : LMH_VOCAB_ROWS_PER_SIMDGROUP;
     LMH_GLOBAL const lmh_u8 *from = w + first * p.row_bytes;
-    lmh_u32 skew = lmh_bulk_skew(from);
+    lmh_u32 skew = lmh_skew16(from);
     LMH_BULK_COPY(stage, to, from - skew, (lmh_u32)((skew + rows * p.row_bytes + 15u) & ~(lmh_u64)15u));
 }
 
@@ -1113,7 +1111,7 @@ LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
         lmh_u32 refill = stage == 0u ? LMH_BULK_STAGES - 1u : stage - 1u; // read for the group before
         if (lane == 0u && ahead < p.vocab) lmh_bulk_fetch(p, w, ahead, refill, ring + refill * stage_bytes);
         LMH_BULK_WAIT(stage, phase);
-        lmh_matvec_group(p, type, x, ring + stage * stage_bytes + lmh_bulk_skew(w + first * p.row_bytes), out, first, lane);
+        lmh_matvec_group(p, type, x, ring + stage * stage_bytes + lmh_skew16(w + first * p.row_bytes), out, first, lane);
         LMH_BULK_SYNC();
         stage = stage + 1u == LMH_BULK_STAGES ? 0u : stage + 1u;
         phase = stage == 0u ? phase ^ 1u : phase;

@@ -349,6 +349,9 @@ pub const Backend = struct {
     multiprocessors: u32 = 0,
     /// Shared memory a block may have, dynamic included, once its kernel opts in.
     max_block_shared_bytes: u32 = 0,
+    /// By pass size, then the type's index in formats.all: the blocks of a matvec with a bulk
+    /// ring of `shared_bytes` that one SM holds (0 bytes: not asked yet).
+    bulk_blocks: [pass_sizes.len][formats.all.len]struct { shared_bytes: u32, blocks: u32 } = @splat(@splat(.{ .shared_bytes = 0, .blocks = 0 })),
 
     pub const name = "cuda";
     pub const host_visible = false;
@@ -612,10 +615,15 @@ pub const Backend = struct {
                 const shared = bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
                 if (shared != 0) {
                     // Persistent blocks, as many as the SMs hold: each warp's ring runs ahead
-                    // across the groups of vocab rows it computes.
-                    var blocks: c_int = 0;
-                    try backend.cuda.check(backend.cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, threads_per_block, shared), "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-                    grid = @min(grid, @as(u32, @intCast(@max(blocks, 1))) * backend.multiprocessors);
+                    // across the groups of vocab rows it computes. The driver's answer is kept
+                    // per kernel and ring size, so a decode loop asks it once.
+                    const held = &backend.bulk_blocks[pass][formatIndex(c.params.type_id)];
+                    if (held.shared_bytes != shared) {
+                        var blocks: c_int = 0;
+                        try backend.cuda.check(backend.cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, threads_per_block, shared), "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+                        held.* = .{ .shared_bytes = shared, .blocks = @intCast(@max(blocks, 1)) };
+                    }
+                    grid = @min(grid, held.blocks * backend.multiprocessors);
                 }
                 try backend.launchShared(f, grid, threads_per_block, shared, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
@@ -734,9 +742,15 @@ fn bulkRingBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
         if (p.type_id == @intFromEnum(t)) break true;
     } else false;
     if (shape.bulk == 0 or dense) return 0;
-    const stage_bytes = (@as(u64, shape.vocab_rows) * p.row_bytes + 30) & ~@as(u64, 15);
-    const bytes = warps_per_block * (bulk_barrier_bytes + shape.bulk * stage_bytes);
+    const bytes = warps_per_block * (bulk_barrier_bytes + shape.bulk * bulkStageBytes(shape.vocab_rows, p.row_bytes));
     return if (bytes <= max_bytes) @intCast(bytes) else 0;
+}
+
+/// A bulk stage: `vocab_rows` rows of `row_bytes` from the 16-byte boundary at or below their
+/// first byte to the one at or above their last, wherever they start (kernels.h
+/// lmh_bulk_stage_bytes, which takes a ring only where its stages hold that).
+fn bulkStageBytes(vocab_rows: u32, row_bytes: u32) u64 {
+    return (@as(u64, vocab_rows) * row_bytes + 30) & ~@as(u64, 15);
 }
 
 /// Blocks of `warps_per_block` warps for `items` items, `per_warp` to a warp.
@@ -853,6 +867,13 @@ test "a bulk ring takes a block's shared memory for quantized types only, and on
     // A row past what a block holds (Q8_0 at hidden 2^20) reads the weights where they are.
     const huge: params.Matvec = .{ .rows = 1, .hidden = 1 << 20, .vocab = 8, .type_id = @intFromEnum(formats.Type.q8_0), .row_bytes = 34 << 15, .chunks = 1 << 12 };
     try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(shape, huge, 227 << 10));
+}
+
+test "a bulk stage is as large as the kernels take it, or they would read the weights where they are" {
+    const kernels = @import("../../kernels/emulator.zig").retuned; // 3 vocab rows per simdgroup
+    for ([_]u32{ 18, 34, 84, 110, 210, 2310, 2992, 4095, 65534 }) |row_bytes| {
+        try std.testing.expectEqual(kernels.bulkStageBytes(row_bytes), bulkStageBytes(3, row_bytes));
+    }
 }
 
 test "a pass size's shapes are its modules: each once, together holding every head type" {

@@ -463,6 +463,14 @@ void LMH_EXPORT(tanh)(const float *x, float *y, lmh_u64 count) {
     for (lmh_u64 i = 0; i < count; i++) y[i] = lmh_tanh(x[i]);
 }
 
+#ifdef LMH_EMULATOR_BULK
+// The bytes of a bulk stage for vocab rows of row_bytes, as the kernels take them: the CUDA
+// backend sizes its rings by its own formula, and a test compares the two.
+lmh_u64 LMH_EXPORT(bulk_stage_bytes)(lmh_u32 row_bytes) {
+    return lmh_bulk_stage_bytes(row_bytes);
+}
+#endif
+
 // ---------------------------------------------------------------------------------------
 // Layouts, for the test that params.h and the block structs agree with the Zig structs:
 // entry i is a name as Zig spells it ("Matvec", "Matvec.rows", "Q6_K.d") and its size or
