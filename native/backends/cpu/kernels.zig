@@ -120,10 +120,13 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// (its 4 accumulators and the decoder fit the 16 registers; two rows spilled): on a 2-core
 /// AMD EPYC (Zen 1), vocab 32768, A-B-A-B, twice, Q2_K 23–28% less a call, Q3_K 9–11%, Q6_K
 /// 6–7%, Q8_0 3–6%, BF16 3–8%, the others within the runs' noise (4%), but Q5_K 1–11% more,
-/// so it keeps two.
+/// so it keeps two. At N = 2 (two rows: 16 accumulator registers) one row too: vocab 32768
+/// and 65536, six A-B sittings, Q5_0 about 11% less a call, Q6_K 10%, Q2_K 7%, Q8_0, Q4_0,
+/// IQ4_NL and IQ4_XS 5–6%, Q3_K and Q5_1 3%, Q4_K and Q5_K the same (means: the
+/// unchanged F16 read 0.91–1.22 of itself in single sittings).
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
+    if (elementwise_width < 16 and group <= 2) return if (t == .q5_k and group == 1) 2 else 1;
     if (group != 1) return 2;
-    if (elementwise_width < 16) return if (t == .q5_k) 2 else 1;
     return if (t == .f32 or t == .q4_0 or t == .q4_k) 1 else 2;
 }
 /// Larger batches take a tile of vocab rows 2 chunks at a time: the block is decoded into
