@@ -184,8 +184,10 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
     }
     const lm = lanesFromGroups(g);
     const V16f = @Vector(16, f32);
-    const scales = [2]V16f{ part(f32, 16, perLane(n, scale), 0), part(f32, 16, perLane(n, scale), 1) };
-    const addends = [2]V16f{ part(f32, 16, perLane(n, addend), 0), part(f32, 16, perLane(n, addend), 1) };
+    const lane_scale = perLane(n, scale);
+    const lane_addend = perLane(n, addend);
+    const scales = [2]V16f{ part(f32, 16, lane_scale, 0), part(f32, 16, lane_scale, 1) };
+    const addends = [2]V16f{ part(f32, 16, lane_addend, 0), part(f32, 16, lane_addend, 1) };
     // Stored only where the codes come back from L1; read there by volatile loads, so LLVM
     // cannot fold the store and the loads back into shuffles.
     var spilled: [4]@Vector(64, u8) align(64) = if (codes_through_l1) lm else undefined;
@@ -229,9 +231,9 @@ inline fn codeHigh(quad: @Vector(32, u8), comptime i: usize) @Vector(8, i32) {
 
 /// v as it is, through an empty asm with side effects, which LLVM keeps in order with the
 /// loads around it: what is computed from the result is computed after the loads before it.
-/// (Only with AVX, whose registers hold 8 floats; the baseline level takes v as it is.)
+/// (Only on x86-64 with AVX, whose registers hold 8 floats; elsewhere v as it is.)
 inline fn inOrder(comptime n: usize, v: @Vector(n, f32)) @Vector(n, f32) {
-    if (comptime !std.Target.x86.featureSetHas(builtin.cpu.features, .avx)) return v;
+    if (comptime builtin.cpu.arch != .x86_64 or !std.Target.x86.featureSetHas(builtin.cpu.features, .avx)) return v;
     if (n == 8) return asm volatile (""
         : [out] "=x" (-> @Vector(8, f32)),
         : [in] "0" (v),
