@@ -25,6 +25,7 @@ const formats = @import("numerics/formats.zig");
 const lanes = @import("numerics/lanes.zig");
 const ggml_types = @import("numerics/ggml_types.zig");
 const file_mod = @import("core/file.zig");
+const argmax = @import("decode/argmax.zig");
 const Error = status.Error;
 const fail = status.fail;
 const Device = device_mod.Device;
@@ -35,7 +36,7 @@ const buffers = &buffer_mod.buffers;
 const sessions = &session_mod.sessions;
 const files = &file_mod.files;
 
-pub const abi_version: u32 = 1;
+pub const abi_version: u32 = 2;
 
 /// Runs an entry point's body and turns its error into a Status (the message is already set).
 fn call(result: Error!void) i32 {
@@ -549,6 +550,25 @@ fn dequantize(type_id: u32, src: ?[*]const u8, src_bytes: u64, dst: ?[*]f32, dst
     formats.decodeRow(f.type, s[0..@intCast(src_bytes)], d[0..@intCast(values)]) catch return fail(error.InvalidArgument, "decode failed", .{});
 }
 
+/// Greedy token selection (native/decode/argmax.zig): out[r] = the index of the largest value
+/// of row r of values ([rows, row_values] f32, rows >= 1, 1 <= row_values < 2^32), ties to
+/// the lowest index, a NaN never taken unless it comes first. Rows run on a pool of threads.
+pub export fn lmh_argmax_rows(values: ?[*]const f32, rows: u64, row_values: u64, out_indices: ?[*]u32) i32 {
+    return call(argmaxRows(values, rows, row_values, out_indices));
+}
+
+fn argmaxRows(values: ?[*]const f32, rows: u64, row_values: u64, out_indices: ?[*]u32) Error!void {
+    if (rows == 0 or row_values == 0 or row_values > std.math.maxInt(u32))
+        return fail(error.InvalidArgument, "argmax of {d} rows of {d} values: expected at least one row of 1 to 2^32 - 1", .{ rows, row_values });
+    const count = std.math.mul(u64, rows, row_values) catch return fail(error.InvalidArgument, "{d} rows of {d} values overflow", .{ rows, row_values });
+    if (count > std.math.maxInt(usize) / @sizeOf(f32)) return fail(error.InvalidArgument, "{d} values do not fit the address space", .{count});
+    const v = values orelse return fail(error.InvalidArgument, "null values pointer", .{});
+    const o = out_indices orelse return fail(error.InvalidArgument, "null output pointer", .{});
+    if (@intFromPtr(v) % @alignOf(f32) != 0 or @intFromPtr(o) % @alignOf(u32) != 0)
+        return fail(error.InvalidArgument, "values at 0x{x} or indices at 0x{x} not 4-byte aligned", .{ @intFromPtr(v), @intFromPtr(o) });
+    argmax.argmaxRows(v[0..@intCast(count)], @intCast(row_values), o[0..@intCast(rows)]);
+}
+
 // --- Model files, mapped read-only -------------------------------------------------------
 
 /// Opens and maps the file at path[0..path_bytes] read-only. info_out = [file bytes, address
@@ -629,6 +649,7 @@ test {
     _ = @import("core/file.zig");
     _ = @import("numerics/ggml_types.zig");
     _ = @import("numerics/lanes.zig");
+    _ = @import("decode/argmax.zig");
     _ = @import("backends/cpu/pool.zig");
     _ = @import("backends/cpu/decode.zig");
     _ = @import("backends/cuda/driver.zig");

@@ -6,7 +6,7 @@
  */
 import { LmheadError } from "./errors.ts";
 
-type ViewKind = "Float32Array" | "Uint8Array";
+type ViewKind = "Float32Array" | "Uint8Array" | "Uint32Array";
 
 /** What `value` is, for an error message: "Int32Array(4)", "Array(3)", "null", "number". */
 export function typeName(value: unknown): string {
@@ -23,6 +23,7 @@ export function typeName(value: unknown): string {
 /** Throws unless `value` is a `kind` (at any offset, over any kind of buffer). */
 export function expectTyped(value: unknown, kind: "Float32Array", what: string): asserts value is Float32Array;
 export function expectTyped(value: unknown, kind: "Uint8Array", what: string): asserts value is Uint8Array;
+export function expectTyped(value: unknown, kind: "Uint32Array", what: string): asserts value is Uint32Array;
 export function expectTyped(value: unknown, kind: ViewKind, what: string): void {
   if (!ArrayBuffer.isView(value) || viewKind(value) !== kind) {
     throw new LmheadError("invalid_argument", `${what} must be a ${kind}, got ${typeName(value)}`);

@@ -9,6 +9,7 @@ import {
   EmbeddingHiddenSource,
   Sampler,
   argmax,
+  argmaxRows,
   denseEmbedding,
   describeEquivalence,
   parseSampling,
@@ -248,6 +249,48 @@ describe("token selection", () => {
     expect(argmax(new Float32Array([-0, 0, 0]))).toBe(0);
     const big = new Float32Array(262144).map((_, i) => (i % 1000) / 1000);
     expect(argmax(big)).toBe(999);
+  });
+
+  test("argmax: the plain loop's answer on rows of special values, through views at any offset", () => {
+    const plain = (v: Float32Array) => {
+      let best = 0;
+      for (let i = 1; i < v.length; i++) if (v[i]! > v[best]!) best = i;
+      return best;
+    };
+    const specials = [0, -0, 1, -1, Infinity, -Infinity, NaN, 2.5, 2.5];
+    const rng = new SplitMix32(7);
+    const buffer = new Float32Array(400);
+    let rows = 0;
+    for (let n = 1; n <= 130; n++) {
+      for (const offset of [0, 1, 3]) {
+        for (let kind = 0; kind < 3; kind++) {
+          const row = buffer.subarray(offset, offset + n);
+          for (let i = 0; i < n; i++) {
+            const u = rng.float();
+            row[i] = kind === 0 ? u * 60 - 30 : kind === 1 ? Math.floor(u * 3) : specials[Math.floor(u * specials.length)]!;
+          }
+          expect(argmax(row)).toBe(plain(row));
+          rows++;
+        }
+      }
+    }
+    expect(rows).toBe(130 * 9);
+    expect(argmax(new Float32Array([NaN, 1, 2]))).toBe(0); // a NaN first is never beaten
+    expect(argmax(new Float32Array([-Infinity, NaN, -Infinity]))).toBe(0);
+    expect(() => argmax(new Float32Array(0))).toThrow("argmax: values is empty");
+  });
+
+  test("argmaxRows: each row's argmax, rows long enough for the thread pool and short ones", () => {
+    const rng = new SplitMix32(11);
+    for (const [rows, rowValues] of [[1, 7], [5, 3], [9, 20000]] as const) {
+      const values = new Float32Array(rows * rowValues).map(() => Math.floor(rng.float() * 500));
+      const got = argmaxRows(values, rows, new Uint32Array(rows + 2).fill(77));
+      for (let r = 0; r < rows; r++) expect(got[r]).toBe(argmax(values.subarray(r * rowValues, (r + 1) * rowValues)));
+      expect(Array.from(got.subarray(rows))).toEqual([77, 77]); // past the rows: untouched
+    }
+    expect(() => argmaxRows(new Float32Array(10), 3, new Uint32Array(3))).toThrow("argmaxRows: 10 values, 3 rows and 3 indices");
+    expect(() => argmaxRows(new Float32Array(10), 2, new Uint32Array(1))).toThrow("an index per row");
+    expect(() => argmaxRows(new Float32Array(10), 2, new Int32Array(2) as unknown as Uint32Array)).toThrow("argmaxRows: into must be a Uint32Array, got Int32Array(2)");
   });
 
   test("greedy decode through the head picks the lowest of tied tokens (bit-identical logits)", () => {

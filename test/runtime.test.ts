@@ -95,6 +95,11 @@ test("the C ABI under random misuse returns errors and never faults", () => {
       () => lib.lmh_device_close(pick([closed.handle, real.handle, 0n])),
       () => lib.lmh_dequantize(Math.floor(random() * 40), memory, Math.min(a, memory.length), new Float32Array(64), b % 65),
       () => lib.lmh_head_admit(Math.floor(random() * 40), a, b, a, 1),
+      () => {
+        // Shapes within the 4096 bytes, or refused by their own numbers (none, too long, overflowing).
+        const [rows, rowValues] = pick([[pick([0, 1, 2]), a % 513], [1, 2 ** 32], [2 ** 53 - 1, 2 ** 53 - 1], [2 ** 32, 2 ** 32]]);
+        return lib.lmh_argmax_rows(pick([memory.subarray(0, 4096), null]), rows!, rowValues!, pick([new Uint32Array(2), null]));
+      },
     ])();
     if (status !== 0) errors++;
   }

@@ -21,7 +21,7 @@ import { hostPhases } from "../phases.ts";
 import { hash32, type SplitMix32 } from "../random.ts";
 import { LogHistogram, type Quantiles } from "./histogram.ts";
 import type { HiddenContext, HiddenSource } from "./hidden.ts";
-import { greedy, requestRng, Sampler, type Sampling } from "./sampling.ts";
+import { argmaxRows, greedy, requestRng, Sampler, type Sampling } from "./sampling.ts";
 
 export interface DecodeRequest {
   /** Unique within a loop. */
@@ -158,6 +158,8 @@ export class DecodeLoop {
   readonly #prefixes: Float32Array[];
   readonly #rowSlot: Int32Array;
   readonly #picked: Int32Array;
+  /** Each row's argmax, for the greedy rows of a step. */
+  readonly #argmaxes: Uint32Array;
   readonly #sampler = new Sampler();
   readonly #headNs = new LogHistogram();
   readonly #stats: Omit<DecodeStats, "headNsQuantiles">;
@@ -180,6 +182,7 @@ export class DecodeLoop {
     this.#prefixes = Array.from({ length: slots }, (_, i) => this.#rows.subarray(0, (i + 1) * this.hidden));
     this.#rowSlot = new Int32Array(slots);
     this.#picked = new Int32Array(slots);
+    this.#argmaxes = new Uint32Array(slots);
     this.#stats = {
       calls: 0, retries: 0, slotTokens: 0, callsByRows: new Array<number>(slots + 1).fill(0), gatherNs: 0, headNs: 0, finalizeNs: 0,
       wallNs: 0, admissions: 0, finished: 0, failed: 0, maxRows: 0,
@@ -281,9 +284,13 @@ export class DecodeLoop {
     const tf = Bun.nanoseconds();
     if (out !== null) {
       hostPhases.time("finalize", () => {
+        // Where any row is greedy, every row's argmax at once (native, on a pool of threads); sampled rows one by one.
+        let greedyRows = 0;
+        for (let r = 0; r < n; r++) if (this.#slotState[this.#rowSlot[r]!]!.sampling.kind === "greedy") greedyRows++;
+        if (greedyRows > 0) argmaxRows(out.logits, n, this.#argmaxes);
         for (let r = 0; r < n; r++) {
           const a = this.#slotState[this.#rowSlot[r]!]!;
-          this.#picked[r] = this.#sampler.pick(out.row(r), a.sampling, a.rng);
+          this.#picked[r] = a.sampling.kind === "greedy" ? this.#argmaxes[r]! : this.#sampler.pick(out.row(r), a.sampling, a.rng);
         }
       });
     }

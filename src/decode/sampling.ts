@@ -5,6 +5,7 @@
  * other slots.
  */
 import { LmheadError } from "../errors.ts";
+import { check, lib } from "../native.ts";
 import { hash32, mix32, SplitMix32 } from "../random.ts";
 import { expectTyped } from "../typed.ts";
 
@@ -69,19 +70,32 @@ export function samplingText(s: Sampling): string {
   return s.kind === "greedy" ? "greedy" : `temp:${s.temperature},topk:${s.topK},seed:${s.seed}`;
 }
 
-/** Index of the largest value; ties go to the lowest index (hf2q's GPU argmax contract). */
+const argmaxIndex = new Uint32Array(1);
+
+/**
+ * Index of the largest value; ties go to the lowest index (hf2q's GPU argmax contract), a NaN
+ * is never taken unless it comes first. Native (liblmhead's vector loop).
+ */
 export function argmax(values: Float32Array): number {
   expectTyped(values, "Float32Array", "argmax: values");
-  let best = 0;
-  let bestValue = values[0]!;
-  for (let i = 1; i < values.length; i++) {
-    const v = values[i]!;
-    if (v > bestValue) {
-      bestValue = v;
-      best = i;
-    }
+  if (values.length === 0) throw new LmheadError("invalid_argument", "argmax: values is empty");
+  return argmaxRows(values, 1, argmaxIndex)[0]!;
+}
+
+/**
+ * `argmax` of each of the `rows` rows of `values` into `into` (at least `rows` long), at once
+ * on a pool of native threads. On an H200 host, 64 rows of 262144 fresh from the GPU took
+ * about 2 ms, against 12-14 ms one row at a time natively and 16-24 ms in JavaScript
+ * (bench/results/cuda-h200.md).
+ */
+export function argmaxRows(values: Float32Array, rows: number, into: Uint32Array): Uint32Array {
+  expectTyped(values, "Float32Array", "argmaxRows: values");
+  expectTyped(into, "Uint32Array", "argmaxRows: into");
+  if (!Number.isSafeInteger(rows) || rows < 1 || values.length % rows !== 0 || values.length === 0 || into.length < rows) {
+    throw new LmheadError("invalid_argument", `argmaxRows: ${values.length} values, ${rows} rows and ${into.length} indices: expected whole non-empty rows and an index per row`);
   }
-  return best;
+  check(lib.lmh_argmax_rows(values, rows, values.length / rows, into), "argmax");
+  return into;
 }
 
 /**
