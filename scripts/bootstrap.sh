@@ -28,4 +28,9 @@ if [ ! -x "$root/node_modules/.bin/bun" ] || [ "$(cat "$stamp" 2>/dev/null)" != 
 fi
 export PATH="$root/node_modules/.bin:$PATH"
 
-(cd "$root" && zig build --summary none)
+# On x86-64 Linux the checkout's library is the one the linux-x64 package ships (a baseline
+# target, scripts/package.ts; the CPU kernels pick their level at run time), so
+# `./lmhead package` and the package test find it in Zig's cache instead of compiling it again.
+target=()
+if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then target=(-Dtarget=x86_64-linux-gnu); fi
+(cd "$root" && zig build "${target[@]}" --summary none)

@@ -12,6 +12,7 @@ import { cpSync, mkdirSync, rmSync } from "node:fs";
 import { basename, join } from "node:path";
 
 export const platforms = {
+  // scripts/bootstrap.sh builds a checkout's library for linux-x64's target too, so this build is cached.
   "linux-x64": { target: "x86_64-linux-gnu", os: "linux", cpu: "x64", file: "liblmhead.so" },
   "darwin-arm64": { target: "aarch64-macos", os: "darwin", cpu: "arm64", file: "liblmhead.dylib" },
 } as const;
