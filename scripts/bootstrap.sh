@@ -30,7 +30,8 @@ export PATH="$root/node_modules/.bin:$PATH"
 
 # On x86-64 Linux the checkout's library is the one the linux-x64 package ships (a baseline
 # target, scripts/package.ts; the CPU kernels pick their level at run time), so
-# `./lmhead package` and the package test find it in Zig's cache instead of compiling it again.
-target=()
-if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then target=(-Dtarget=x86_64-linux-gnu); fi
-(cd "$root" && zig build "${target[@]}" --summary none)
+# `./lmhead package`, the package test and the GPU check (./lmhead, with build_target) find
+# its CPU kernels in Zig's cache instead of compiling them again.
+build_target=()
+if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then build_target=(-Dtarget=x86_64-linux-gnu); fi
+(cd "$root" && zig build ${build_target[@]+"${build_target[@]}"} --summary none)
