@@ -158,7 +158,7 @@ export class DecodeLoop {
   readonly #prefixes: Float32Array[];
   readonly #rowSlot: Int32Array;
   readonly #picked: Int32Array;
-  /** Each row's argmax, for the greedy rows of a step. */
+  /** Each row's argmax in a step with a greedy row. */
   readonly #argmaxes: Uint32Array;
   readonly #sampler = new Sampler();
   readonly #headNs = new LogHistogram();
@@ -285,9 +285,9 @@ export class DecodeLoop {
     if (out !== null) {
       hostPhases.time("finalize", () => {
         // Where any row is greedy, every row's argmax at once (native, on a pool of threads); sampled rows one by one.
-        let greedyRows = 0;
-        for (let r = 0; r < n; r++) if (this.#slotState[this.#rowSlot[r]!]!.sampling.kind === "greedy") greedyRows++;
-        if (greedyRows > 0) argmaxRows(out.logits, n, this.#argmaxes);
+        let anyGreedy = false;
+        for (let r = 0; r < n && !anyGreedy; r++) anyGreedy = this.#slotState[this.#rowSlot[r]!]!.sampling.kind === "greedy";
+        if (anyGreedy) argmaxRows(out.logits, n, this.#argmaxes);
         for (let r = 0; r < n; r++) {
           const a = this.#slotState[this.#rowSlot[r]!]!;
           this.#picked[r] = a.sampling.kind === "greedy" ? this.#argmaxes[r]! : this.#sampler.pick(out.row(r), a.sampling, a.rng);
