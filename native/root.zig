@@ -26,6 +26,7 @@ const lanes = @import("numerics/lanes.zig");
 const ggml_types = @import("numerics/ggml_types.zig");
 const file_mod = @import("core/file.zig");
 const argmax = @import("decode/argmax.zig");
+const pin_mod = @import("core/pin.zig");
 const Error = status.Error;
 const fail = status.fail;
 const Device = device_mod.Device;
@@ -35,8 +36,10 @@ const devices = &device_mod.devices;
 const buffers = &buffer_mod.buffers;
 const sessions = &session_mod.sessions;
 const files = &file_mod.files;
+const pins = &pin_mod.pins;
+const Pin = pin_mod.Pin;
 
-pub const abi_version: u32 = 2;
+pub const abi_version: u32 = 3;
 
 /// Runs an entry point's body and turns its error into a Status (the message is already set).
 fn call(result: Error!void) i32 {
@@ -233,6 +236,33 @@ fn bufferRead(buffer: u64, offset_bytes: u64, dst: ?[*]u8, bytes: u64) Error!voi
     if (bytes == 0) return;
     const d = dst orelse return fail(error.InvalidArgument, "null destination pointer", .{});
     try b.copyOut(offset_bytes, d[0..@intCast(bytes)]);
+}
+
+/// Pins host memory for the device's copies (CUDA: page-locks it), so that reads of its
+/// buffers into that memory run at the bus's rate; a no-op pin where the device addresses
+/// host memory itself. The caller keeps [host, host + bytes) alive until lmh_host_unpin.
+pub export fn lmh_host_pin(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) i32 {
+    return call(hostPin(device, host, bytes, handle_out));
+}
+
+fn hostPin(device: u64, host: ?[*]u8, bytes: u64, handle_out: ?*u64) Error!void {
+    const h = try out(u64, handle_out);
+    const d = try devices.acquire(device);
+    defer d.release();
+    const pin = try Pin.create(d, host, bytes);
+    h.* = pins.insert(pin) catch |e| {
+        pin.release();
+        return e;
+    };
+}
+
+/// Unpins the memory and frees the handle.
+pub export fn lmh_host_unpin(pin: u64) i32 {
+    return call(hostUnpin(pin));
+}
+
+fn hostUnpin(pin: u64) Error!void {
+    (try pins.remove(pin)).release();
 }
 
 /// Opens a graph session on the device: an empty command list and conflict tracker.
@@ -647,6 +677,7 @@ test {
     _ = @import("core/status.zig");
     _ = @import("core/handles.zig");
     _ = @import("core/file.zig");
+    _ = @import("core/pin.zig");
     _ = @import("numerics/ggml_types.zig");
     _ = @import("numerics/lanes.zig");
     _ = @import("decode/argmax.zig");

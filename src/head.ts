@@ -6,7 +6,7 @@
 import { LmheadError } from "./errors.ts";
 import { check, lib, limits } from "./native.ts";
 import { hostPhases } from "./phases.ts";
-import { GraphSession, type MlxBuffer, type MlxDevice } from "./runtime.ts";
+import { GraphSession, type HostPin, type MlxBuffer, type MlxDevice } from "./runtime.ts";
 import { expectTyped } from "./typed.ts";
 
 export interface HeadWeights {
@@ -269,10 +269,13 @@ export class MlxModelWeights {
     const logitBytes = this.#logitValues(rows) * 4;
     // Lent logits live in JS-owned memory, so a lent array can never outlive them; shared
     // memory, because an ArrayBuffer could be transferred away from under the device (or the
-    // readback). Where the host sees the device's memory it is the logits buffer itself.
+    // readback). Where the host sees the device's memory it is the logits buffer itself;
+    // elsewhere the readback's target, pinned so the copy runs at the bus's rate.
     const hostLogits = new Float32Array(new SharedArrayBuffer(logitBytes));
     const hostCounts = this.device.hostVisible ? new Uint32Array(new SharedArrayBuffer(rows * 4)) : null;
+    const pin = this.device.hostVisible ? null : this.device.pinHost(new Uint8Array(hostLogits.buffer));
     this.#scratch = {
+      pin,
       rows,
       hidden: this.device.allocBuffer(rows * this.hiddenSize * 4),
       normed: this.device.allocBuffer(rows * this.hiddenSize * 4),
@@ -324,6 +327,8 @@ interface Scratch extends ScratchViews {
   hostLogits: Float32Array;
   /** The memory of `counts` when the device's buffers are host-visible. */
   hostCounts: Uint32Array | null;
+  /** hostLogits pinned for the readback, where the device's buffers are not host-visible. */
+  pin: HostPin | null;
   /** Views of the first n rows, by n. */
   views: (ScratchViews | undefined)[];
 }
@@ -331,4 +336,5 @@ interface Scratch extends ScratchViews {
 function freeScratch(scratch: Scratch): void {
   for (const v of scratch.views) if (v) for (const b of [v.hidden, v.normed, v.logits, v.counts]) b.free();
   for (const b of [scratch.hidden, scratch.normed, scratch.logits, scratch.counts]) b.free();
+  scratch.pin?.unpin();
 }

@@ -1,6 +1,6 @@
 export { LmheadError, type ErrorCode } from "./errors.ts";
 export { dequantize, formatInfo, knownTypeIds, rowBytes, typeIdOf, type FormatInfo } from "./formats.ts";
-export { MlxDevice, MlxBuffer, KernelRegistry, GraphSession, backendKinds, counters, setEncodeTrace, type BackendKind, type BandwidthResult } from "./runtime.ts";
+export { MlxDevice, MlxBuffer, HostPin, KernelRegistry, GraphSession, backendKinds, counters, setEncodeTrace, type BackendKind, type BandwidthResult } from "./runtime.ts";
 export { MlxModelWeights, BatchedHeadOut, NonFiniteRowsError, type HeadWeights, type EncodedHead } from "./head.ts";
 export { hostPhases, HostPhases, phases, type Phase } from "./phases.ts";
 export { loadModel, type Model, type EmbeddingTable, type LoadOptions } from "./model.ts";

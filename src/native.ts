@@ -25,6 +25,8 @@ const symbols = {
   lmh_buffer_host_ptr: { args: [u64, ptr], returns: i32 },
   lmh_buffer_write: { args: [u64, u64, ptr, u64], returns: i32 },
   lmh_buffer_read: { args: [u64, u64, ptr, u64], returns: i32 },
+  lmh_host_pin: { args: [u64, ptr, u64, ptr], returns: i32 },
+  lmh_host_unpin: { args: [u64], returns: i32 },
   lmh_session_begin: { args: [u64, ptr], returns: i32 },
   lmh_session_barrier_between: { args: [u64, ptr, u32, ptr, u32], returns: i32 },
   lmh_session_rms_norm: { args: [u64, u64, u64, u64, u32, u32, f32], returns: i32 },
@@ -50,7 +52,7 @@ const symbols = {
   lmh_buffer_wrap_file: { args: [u64, u64, u64, u64, ptr], returns: i32 },
 } as const;
 
-const abiVersion = 2;
+const abiVersion = 3;
 
 /** The package that carries this platform's prebuilt library, e.g. @lmhead/darwin-arm64. */
 export const platformPackage = `@lmhead/${process.platform}-${process.arch}`;

@@ -84,6 +84,19 @@ export class MlxDevice implements Disposable {
   }
 
   /**
+   * Pins host memory for this device's copies, so that reading a buffer into it runs at the
+   * bus's rate (CUDA page-locks it); where the device addresses host memory itself (the CPU,
+   * Metal) the pin does nothing. Only a SharedArrayBuffer's memory is taken: an ArrayBuffer
+   * could be transferred away while the device still holds it locked.
+   */
+  pinHost(memory: Uint8Array): HostPin {
+    expectTyped(memory, "Uint8Array", "pin host memory");
+    if (!(memory.buffer instanceof SharedArrayBuffer)) throw new LmheadError("invalid_argument", "pin host memory: it must be a SharedArrayBuffer's (an ArrayBuffer can be transferred away)");
+    if (memory.byteLength === 0) throw new LmheadError("invalid_argument", "pin host memory: it is empty");
+    return new HostPin(handleOut((out) => lib.lmh_host_pin(this.handle, memory, memory.byteLength, out), "pin host memory"), memory);
+  }
+
+  /**
    * This machine's f32 fma rate (fmas per second, every thread of the device): the floor of a
    * head call at large N, where rows·vocab·hidden fmas in the canonical order bound it.
    */
@@ -141,6 +154,33 @@ export class KernelRegistry {
   kernels(): string[] {
     const text = nativeString((dst, capacity, len) => lib.lmh_registry_list(this.device.handle, dst, capacity, len), "list kernels");
     return text.split("\n").filter((name) => name.length > 0);
+  }
+}
+
+/** A pin's memory stays reachable until the pin is released, so it is never freed while locked. */
+const pins = new FinalizationRegistry<{ handle: bigint; memory: Uint8Array }>(({ handle }) => lib.lmh_host_unpin(handle));
+
+/** Host memory pinned for a device's copies (MlxDevice.pinHost); it keeps the memory alive. */
+export class HostPin implements Disposable {
+  #pinned = true;
+
+  /** @internal Created by MlxDevice.pinHost. */
+  constructor(
+    readonly handle: bigint,
+    readonly memory: Uint8Array,
+  ) {
+    pins.register(this, { handle, memory }, this);
+  }
+
+  unpin(): void {
+    if (!this.#pinned) throw new LmheadError("bad_handle", "host memory already unpinned");
+    check(lib.lmh_host_unpin(this.handle), "unpin host memory");
+    this.#pinned = false;
+    pins.unregister(this);
+  }
+
+  [Symbol.dispose](): void {
+    if (this.#pinned) this.unpin();
   }
 }
 

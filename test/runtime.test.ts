@@ -100,6 +100,14 @@ test("the C ABI under random misuse returns errors and never faults", () => {
         const [rows, rowValues] = pick([[pick([0, 1, 2]), a % 513], [1, 2 ** 32], [2 ** 53 - 1, 2 ** 53 - 1], [2 ** 32, 2 ** 32]]);
         return lib.lmh_argmax_rows(pick([memory.subarray(0, 4096), null]), rows!, rowValues!, pick([new Uint32Array(2), null]));
       },
+      () => {
+        // A pin the checks let through is a no-op on the CPU: unpin it so the table stays clear.
+        const out = new BigUint64Array(1);
+        const pinned = lib.lmh_host_pin(h, pick([memory, null]), pick([a, 2 ** 40 + 1, 2 ** 64 - 1]), pick([out, null]));
+        if (pinned === 0) expect(lib.lmh_host_unpin(out[0]!)).toBe(0);
+        return pinned;
+      },
+      () => lib.lmh_host_unpin(h),
     ])();
     if (status !== 0) errors++;
   }
@@ -156,6 +164,43 @@ describe("host bytes are lent inside a callback and never outlive the buffer", (
     b.free();
     Bun.gc(true);
     expect(Array.from(new Uint8Array(moved))).toEqual(new Array(16).fill(9));
+  });
+});
+
+describe("pinned host memory (a GPU's readback target)", () => {
+  test("is a SharedArrayBuffer's memory, pinned until unpinned once", () => {
+    const memory = new Uint8Array(new SharedArrayBuffer(4096));
+    const pin = device.pinHost(memory);
+    expect(pin.memory).toBe(memory);
+    pin.unpin();
+    expect(() => pin.unpin()).toThrow("host memory already unpinned");
+    pin[Symbol.dispose](); // a no-op once unpinned
+    expect(lib.lmh_host_unpin(pin.handle)).not.toBe(0); // the handle is gone
+  });
+
+  test("refuses memory that could be freed or moved while pinned, and empty memory", () => {
+    expect(() => device.pinHost(new Uint8Array(16))).toThrow("pin host memory: it must be a SharedArrayBuffer's");
+    expect(() => device.pinHost(new Uint8Array(new SharedArrayBuffer(0)))).toThrow("pin host memory: it is empty");
+    expect(() => device.pinHost(new Float32Array(new SharedArrayBuffer(16)) as unknown as Uint8Array)).toThrow(LmheadError);
+  });
+
+  test("a pin keeps its device open until it is unpinned", () => {
+    const other = MlxDevice.open("cpu");
+    const pin = other.pinHost(new Uint8Array(new SharedArrayBuffer(64)));
+    other.close();
+    expect(() => pin.unpin()).not.toThrow();
+  });
+
+  test("pins dropped without unpin are released when collected", async () => {
+    // More than the native table's 1024 live pins: without release on collection, a pin
+    // would fail with "too many live pin handles".
+    for (let round = 0; round < 4; round++) {
+      for (let i = 0; i < 600; i++) device.pinHost(new Uint8Array(new SharedArrayBuffer(64)));
+      Bun.gc(true);
+      await Bun.sleep(1); // finalizers run after the collection, from the event loop
+    }
+    using last = device.pinHost(new Uint8Array(new SharedArrayBuffer(64)));
+    expect(last.memory.byteLength).toBe(64);
   });
 });
 

@@ -26,6 +26,10 @@
 //!   head's floor, bytes per second [with all threads, with one].
 //! - `B.fmaRate(*B, passes) Error!f64`: the other floor's reference, f32 fmas per second with
 //!   every thread (or the whole GPU): at large N a canonical-order head is bound by its fmas.
+//! - Optionally, a backend whose memory the host cannot address (CUDA) declares
+//!   `B.pinHost(*B, [*]u8, u64) Error!void` and `B.unpinHost(*B, [*]u8) void`: host memory
+//!   it page-locks so that copies into it (a readback) run at the bus's rate. Pinning is a
+//!   no-op for backends without them.
 //! - Optionally, a backend that compiles a pipeline per kernel (Metal) declares
 //!   `B.pipeline_kernels: []const Kernel`, `B.makePipeline(*B, Kernel) Error!*anyopaque` and
 //!   `B.releasePipeline(*B, *anyopaque) void`: the device's registry makes and owns them.
@@ -91,6 +95,10 @@ pub fn check(comptime B: type) void {
     expect(B, "readBandwidth", fn (*B, u64, u32) Error![2]f64);
     expect(B, "fmaRate", fn (*B, u32) Error!f64);
     if (B.host_visible) expect(B, "hostBytes", fn (M) []u8);
+    if (@hasDecl(B, "pinHost") or @hasDecl(B, "unpinHost")) {
+        expect(B, "pinHost", fn (*B, [*]u8, u64) Error!void);
+        expect(B, "unpinHost", fn (*B, [*]u8) void);
+    }
     if (@hasDecl(B, "pipeline_kernels")) {
         expect(B, "pipeline_kernels", []const Kernel);
         expect(B, "makePipeline", fn (*B, Kernel) Error!*anyopaque);

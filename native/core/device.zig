@@ -140,6 +140,19 @@ pub const Device = struct {
         }
     }
 
+    /// Page-locks host memory for the backend's copies, where it has such a notion.
+    pub fn pinHost(device: *Device, host: [*]u8, bytes: u64) Error!void {
+        switch (device.backend) {
+            inline else => |b| if (@hasDecl(@TypeOf(b.*), "pinHost")) try b.pinHost(host, bytes),
+        }
+    }
+
+    pub fn unpinHost(device: *Device, host: [*]u8) void {
+        switch (device.backend) {
+            inline else => |b| if (@hasDecl(@TypeOf(b.*), "unpinHost")) b.unpinHost(host),
+        }
+    }
+
     /// Runs the commands and waits; the device's own time for them in ns, where it keeps one.
     pub fn execute(device: *Device, commands: []const Command) Error!?u64 {
         return switch (device.backend) {

@@ -11,7 +11,7 @@ const status = @import("status.zig");
 const Error = status.Error;
 const fail = status.fail;
 
-pub const Kind = enum(u4) { device = 1, buffer = 2, session = 3, file = 4 };
+pub const Kind = enum(u4) { device = 1, buffer = 2, session = 3, file = 4, pin = 5 };
 
 pub const Handle = u64;
 

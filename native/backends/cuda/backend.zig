@@ -567,9 +567,24 @@ pub const Backend = struct {
         try cuda.check(cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
     }
 
-    /// Device → host, straight into the caller's memory. Measured on an H200 host: 1 MB of
-    /// logits in 0.08–0.09 ms and 67 MB in 4.3–5.0 ms, against 0.13 and 12.9 ms through a
-    /// pinned staging buffer and a memcpy (bench/results/cuda-h200.md).
+    /// Page-locks host memory (the head's logits readback), so that the copy engine writes
+    /// it directly instead of through the driver's own pageable-copy staging.
+    pub fn pinHost(backend: *Backend, host: [*]u8, bytes: u64) Error!void {
+        try backend.enter();
+        defer backend.leave();
+        try backend.cuda.check(backend.cuda.cuMemHostRegister_v2(host, @intCast(bytes), 0), "cuMemHostRegister");
+    }
+
+    pub fn unpinHost(backend: *Backend, host: [*]u8) void {
+        backend.enter() catch return;
+        defer backend.leave();
+        _ = backend.cuda.cuMemHostUnregister(host);
+    }
+
+    /// Device → host, straight into the caller's memory (pinned or not). Measured on an H200
+    /// host, pageable memory: 1 MB of logits in 0.08–0.09 ms and 67 MB in 4.3–5.0 ms, against
+    /// 0.13 and 12.9 ms through a pinned staging buffer and a memcpy
+    /// (bench/results/cuda-h200.md).
     pub fn copyOut(backend: *Backend, memory: Memory, offset_bytes: u64, dst: []u8) Error!void {
         std.debug.assert(offset_bytes + dst.len <= memory.bytes);
         try backend.enter();
