@@ -26,6 +26,7 @@ const lanes = @import("numerics/lanes.zig");
 const ggml_types = @import("numerics/ggml_types.zig");
 const file_mod = @import("core/file.zig");
 const argmax = @import("decode/argmax.zig");
+const top_k = @import("decode/top_k.zig");
 const pin_mod = @import("core/pin.zig");
 const Error = status.Error;
 const fail = status.fail;
@@ -39,7 +40,7 @@ const files = &file_mod.files;
 const pins = &pin_mod.pins;
 const Pin = pin_mod.Pin;
 
-pub const abi_version: u32 = 3;
+pub const abi_version: u32 = 4;
 
 /// Runs an entry point's body and turns its error into a Status (the message is already set).
 fn call(result: Error!void) i32 {
@@ -599,6 +600,23 @@ fn argmaxRows(values: ?[*]const f32, rows: u64, row_values: u64, out_indices: ?[
     argmax.argmaxRows(v[0..@intCast(count)], @intCast(row_values), o[0..@intCast(rows)]);
 }
 
+/// The k largest of a row's values (0 < k <= row_values < 2^32), largest first, ties to the
+/// lower index: their indices into out_indices[0..k], their values into out_values[0..k].
+pub export fn lmh_top_k(values: ?[*]const f32, row_values: u64, k: u64, out_indices: ?[*]u32, out_values: ?[*]f32) i32 {
+    return call(topK(values, row_values, k, out_indices, out_values));
+}
+
+fn topK(values: ?[*]const f32, row_values: u64, k: u64, out_indices: ?[*]u32, out_values: ?[*]f32) Error!void {
+    if (row_values == 0 or row_values > std.math.maxInt(u32) or k == 0 or k > row_values)
+        return fail(error.InvalidArgument, "top {d} of {d} values: expected 1 to 2^32 - 1 values and 0 < k <= values", .{ k, row_values });
+    const v = values orelse return fail(error.InvalidArgument, "null values pointer", .{});
+    const i = out_indices orelse return fail(error.InvalidArgument, "null index output pointer", .{});
+    const o = out_values orelse return fail(error.InvalidArgument, "null value output pointer", .{});
+    if (@intFromPtr(v) % @alignOf(f32) != 0 or @intFromPtr(i) % @alignOf(u32) != 0 or @intFromPtr(o) % @alignOf(f32) != 0)
+        return fail(error.InvalidArgument, "values at 0x{x}, indices at 0x{x} or kept values at 0x{x} not 4-byte aligned", .{ @intFromPtr(v), @intFromPtr(i), @intFromPtr(o) });
+    top_k.topK(v[0..@intCast(row_values)], i[0..@intCast(k)], o[0..@intCast(k)]);
+}
+
 // --- Model files, mapped read-only -------------------------------------------------------
 
 /// Opens and maps the file at path[0..path_bytes] read-only. info_out = [file bytes, address
@@ -681,6 +699,7 @@ test {
     _ = @import("numerics/ggml_types.zig");
     _ = @import("numerics/lanes.zig");
     _ = @import("decode/argmax.zig");
+    _ = @import("decode/top_k.zig");
     _ = @import("backends/cpu/pool.zig");
     _ = @import("backends/cpu/decode.zig");
     _ = @import("backends/cuda/driver.zig");

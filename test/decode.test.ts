@@ -322,6 +322,51 @@ describe("token selection", () => {
     expect([...picks].sort()).toEqual([1, 3]);
   });
 
+  test("top-k picks what the insertion loop over the row picks, for every k, seed and kind of row", () => {
+    // The loop the sampler ran in JavaScript before its top-k went native: the oracle.
+    const oracle = (logits: Float32Array, k: number, t: number, r: SplitMix32): number => {
+      const idx: number[] = [];
+      const val: number[] = [];
+      for (let i = 0; i < logits.length; i++) {
+        const v = logits[i]!;
+        if (idx.length === k && !(v > val[k - 1]!)) continue;
+        let at = idx.length < k ? idx.push(0) - 1 : k - 1;
+        if (val.length < idx.length) val.push(0);
+        while (at > 0 && v > val[at - 1]!) {
+          val[at] = val[at - 1]!;
+          idx[at] = idx[at - 1]!;
+          at--;
+        }
+        val[at] = v;
+        idx[at] = i;
+      }
+      let sum = 0;
+      for (const v of val) sum += Math.exp((v - val[0]!) / t);
+      const target = r.float() * sum;
+      let acc = 0;
+      for (let j = 0; j < k; j++) {
+        acc += Math.exp((val[j]! - val[0]!) / t);
+        if (acc > target) return idx[j]!;
+      }
+      return idx[0]!;
+    };
+    const random = rng(5);
+    const s = new Sampler();
+    for (let round = 0; round < 300; round++) {
+      const n = 2 + Math.floor(random() * 3000);
+      // Coarse values (many ties), a run of equal maxima now and then, signed zeros and -Inf.
+      const logits = new Float32Array(n).map(() => Math.round((random() - 0.5) * (round % 2 ? 8 : 4000)) / 4);
+      if (round % 5 === 0) logits.fill(3, Math.floor(n / 3), Math.floor(n / 3) + 20);
+      if (round % 7 === 0) for (let i = 0; i < n; i += 11) logits[i] = round % 14 ? -0 : -Infinity;
+      const k = 1 + Math.floor(random() * Math.min(n - 1, round % 3 ? 64 : n - 1));
+      const t = [0.05, 0.7, 2][round % 3]!;
+      const seed = Math.floor(random() * 2 ** 32);
+      const a = new SplitMix32(seed);
+      const b = new SplitMix32(seed);
+      for (let draw = 0; draw < 3; draw++) expect(s.pick(logits, sample(t, k, 0), a)).toBe(oracle(logits, k, t, b));
+    }
+  });
+
   test("sampling follows the softmax", () => {
     const s = new Sampler();
     const r = new SplitMix32(123);

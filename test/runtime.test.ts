@@ -108,6 +108,8 @@ test("the C ABI under random misuse returns errors and never faults", () => {
         return pinned;
       },
       () => lib.lmh_host_unpin(h),
+      // Rows within the 8192 bytes, or refused by their own numbers (none, k of 0 or past the row, too long).
+      () => lib.lmh_top_k(pick([memory, null]), pick([0, a % 2049, 2 ** 32]), pick([0, 1, b % 2049, 2 ** 53 - 1]), pick([new Uint32Array(2048), null]), pick([new Float32Array(2048), null])),
     ])();
     if (status !== 0) errors++;
   }

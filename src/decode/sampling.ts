@@ -103,8 +103,8 @@ export function argmaxRows(values: Float32Array, rows: number, into: Uint32Array
  * exactly one random draw from `rng` per sampled token.
  */
 export class Sampler {
-  #idx = new Int32Array(0);
-  #val = new Float64Array(0);
+  #idx = new Uint32Array(0);
+  #val = new Float32Array(0);
 
   /** Picks a token from one row of logits. */
   pick(logits: Float32Array, sampling: Sampling, rng: SplitMix32 | null): number {
@@ -131,34 +131,24 @@ export class Sampler {
     return argmax(logits); // rounding left target at the very top: the most likely token
   }
 
-  /** The k largest logits (ties: lower index first), softmax over them, walked best first. */
+  /**
+   * The k largest logits (ties: lower index first; native, one vector compare rejects most of
+   * the row), softmax over them, walked best first.
+   */
   #topK(logits: Float32Array, k: number, t: number, rng: SplitMix32): number {
     if (this.#idx.length < k) {
-      this.#idx = new Int32Array(k);
-      this.#val = new Float64Array(k);
+      this.#idx = new Uint32Array(k);
+      this.#val = new Float32Array(k);
     }
     const idx = this.#idx;
     const val = this.#val;
-    let count = 0;
-    for (let i = 0; i < logits.length; i++) {
-      const v = logits[i]!;
-      // Strictly greater than the current k-th: an equal value at a higher index never displaces.
-      if (count === k && !(v > val[k - 1]!)) continue;
-      let at = count < k ? count++ : k - 1;
-      while (at > 0 && v > val[at - 1]!) {
-        val[at] = val[at - 1]!;
-        idx[at] = idx[at - 1]!;
-        at--;
-      }
-      val[at] = v;
-      idx[at] = i;
-    }
+    check(lib.lmh_top_k(logits, logits.length, k, idx, val), "top-k");
     const max = val[0]!;
     let sum = 0;
-    for (let j = 0; j < count; j++) sum += Math.exp((val[j]! - max) / t);
+    for (let j = 0; j < k; j++) sum += Math.exp((val[j]! - max) / t);
     const target = rng.float() * sum;
     let acc = 0;
-    for (let j = 0; j < count; j++) {
+    for (let j = 0; j < k; j++) {
       acc += Math.exp((val[j]! - max) / t);
       if (acc > target) return idx[j]!;
     }
