@@ -40,7 +40,7 @@ const files = &file_mod.files;
 const pins = &pin_mod.pins;
 const Pin = pin_mod.Pin;
 
-pub const abi_version: u32 = 4;
+pub const abi_version: u32 = 5;
 
 /// Runs an entry point's body and turns its error into a Status (the message is already set).
 fn call(result: Error!void) i32 {
@@ -600,21 +600,32 @@ fn argmaxRows(values: ?[*]const f32, rows: u64, row_values: u64, out_indices: ?[
     argmax.argmaxRows(v[0..@intCast(count)], @intCast(row_values), o[0..@intCast(rows)]);
 }
 
-/// The k largest of a row's values (0 < k <= row_values < 2^32), largest first, ties to the
-/// lower index: their indices into out_indices[0..k], their values into out_values[0..k].
-pub export fn lmh_top_k(values: ?[*]const f32, row_values: u64, k: u64, out_indices: ?[*]u32, out_values: ?[*]f32) i32 {
-    return call(topK(values, row_values, k, out_indices, out_values));
+/// Top-k of each row: for row r of `rows` rows of `row_values` values (< 2^32) with ks[r] > 0
+/// (at most k_max and row_values), the ks[r] largest values, largest first, ties to the lower
+/// index: their indices into out_indices[r·k_max ..], their values into out_values[r·k_max ..].
+/// Rows with ks[r] = 0 are left alone.
+pub export fn lmh_top_k_rows(values: ?[*]const f32, rows: u64, row_values: u64, ks: ?[*]const u32, k_max: u64, out_indices: ?[*]u32, out_values: ?[*]f32) i32 {
+    return call(topKRows(values, rows, row_values, ks, k_max, out_indices, out_values));
 }
 
-fn topK(values: ?[*]const f32, row_values: u64, k: u64, out_indices: ?[*]u32, out_values: ?[*]f32) Error!void {
-    if (row_values == 0 or row_values > std.math.maxInt(u32) or k == 0 or k > row_values)
-        return fail(error.InvalidArgument, "top {d} of {d} values: expected 1 to 2^32 - 1 values and 0 < k <= values", .{ k, row_values });
+fn topKRows(values: ?[*]const f32, rows: u64, row_values: u64, ks: ?[*]const u32, k_max: u64, out_indices: ?[*]u32, out_values: ?[*]f32) Error!void {
+    if (rows == 0 or row_values == 0 or row_values > std.math.maxInt(u32) or k_max == 0 or k_max > row_values)
+        return fail(error.InvalidArgument, "top-k of {d} rows of {d} values, up to {d} each: expected at least one row of 1 to 2^32 - 1 values and 0 < k_max <= values", .{ rows, row_values, k_max });
+    const count = std.math.mul(u64, rows, row_values) catch return fail(error.InvalidArgument, "{d} rows of {d} values overflow", .{ rows, row_values });
+    const kept_count = std.math.mul(u64, rows, k_max) catch return fail(error.InvalidArgument, "{d} rows of {d} kept values overflow", .{ rows, k_max });
+    if (count > std.math.maxInt(usize) / @sizeOf(f32) or kept_count > std.math.maxInt(usize) / @sizeOf(f32)) return fail(error.InvalidArgument, "{d} values do not fit the address space", .{count});
     const v = values orelse return fail(error.InvalidArgument, "null values pointer", .{});
+    const k = ks orelse return fail(error.InvalidArgument, "null k pointer", .{});
     const i = out_indices orelse return fail(error.InvalidArgument, "null index output pointer", .{});
     const o = out_values orelse return fail(error.InvalidArgument, "null value output pointer", .{});
-    if (@intFromPtr(v) % @alignOf(f32) != 0 or @intFromPtr(i) % @alignOf(u32) != 0 or @intFromPtr(o) % @alignOf(f32) != 0)
-        return fail(error.InvalidArgument, "values at 0x{x}, indices at 0x{x} or kept values at 0x{x} not 4-byte aligned", .{ @intFromPtr(v), @intFromPtr(i), @intFromPtr(o) });
-    top_k.topK(v[0..@intCast(row_values)], i[0..@intCast(k)], o[0..@intCast(k)]);
+    for ([_]usize{ @intFromPtr(v), @intFromPtr(k), @intFromPtr(i), @intFromPtr(o) }) |address| {
+        if (address % 4 != 0) return fail(error.InvalidArgument, "array at 0x{x} not 4-byte aligned", .{address});
+    }
+    const row_ks = k[0..@intCast(rows)];
+    for (row_ks, 0..) |row_k, r| {
+        if (row_k > k_max) return fail(error.InvalidArgument, "row {d}: k {d} past k_max {d}", .{ r, row_k, k_max });
+    }
+    top_k.topKRows(v[0..@intCast(count)], @intCast(row_values), row_ks, @intCast(k_max), i[0..@intCast(kept_count)], o[0..@intCast(kept_count)]);
 }
 
 // --- Model files, mapped read-only -------------------------------------------------------

@@ -45,7 +45,7 @@ const symbols = {
   lmh_head_admit: { args: [u32, u64, u64, u64, u32], returns: i32 },
   lmh_dequantize: { args: [u32, ptr, u64, ptr, u64], returns: i32 },
   lmh_argmax_rows: { args: [ptr, u64, u64, ptr], returns: i32 },
-  lmh_top_k: { args: [ptr, u64, u64, ptr, ptr], returns: i32 },
+  lmh_top_k_rows: { args: [ptr, u64, u64, ptr, u64, ptr, ptr], returns: i32 },
   lmh_file_open: { args: [ptr, u64, ptr, ptr], returns: i32 },
   lmh_file_retain: { args: [u64, ptr], returns: i32 },
   lmh_file_close: { args: [u64], returns: i32 },
@@ -53,7 +53,7 @@ const symbols = {
   lmh_buffer_wrap_file: { args: [u64, u64, u64, u64, ptr], returns: i32 },
 } as const;
 
-const abiVersion = 4;
+const abiVersion = 5;
 
 /** The package that carries this platform's prebuilt library, e.g. @lmhead/darwin-arm64. */
 export const platformPackage = `@lmhead/${process.platform}-${process.arch}`;

@@ -16,12 +16,13 @@ import {
   serialReference,
   slotAwareEquivalence,
   staggeredRequests,
+  topKRows,
   type DecodeRequest,
   type HiddenSource,
   type RequestResult,
   type Sampling,
 } from "../src/decode/index.ts";
-import { MlxDevice, counters, dequantize, formatInfo, knownTypeIds, type MlxModelWeights } from "../src/index.ts";
+import { LmheadError, MlxDevice, counters, dequantize, formatInfo, knownTypeIds, type MlxModelWeights } from "../src/index.ts";
 import { buildHead, f32Head, opaqueDevice, rng, type TestHead } from "./support.ts";
 
 const device = MlxDevice.open("cpu");
@@ -365,6 +366,31 @@ describe("token selection", () => {
       const b = new SplitMix32(seed);
       for (let draw = 0; draw < 3; draw++) expect(s.pick(logits, sample(t, k, 0), a)).toBe(oracle(logits, k, t, b));
     }
+  });
+
+  test("top-k of many rows at once: each row's own k, rows of k = 0 untouched, bad shapes refused by name", () => {
+    const random = rng(9);
+    const rows = 5;
+    const vocab = 300;
+    const logits = new Float32Array(rows * vocab).map(() => Math.round(random() * 50));
+    const ks = new Uint32Array([3, 0, 1, 7, 7]);
+    const indices = new Uint32Array(rows * 7).fill(99);
+    const kept = new Float32Array(rows * 7);
+    topKRows(logits, rows, ks, 7, indices, kept);
+    const one = new Uint32Array(1);
+    for (let r = 0; r < rows; r++) {
+      const k = ks[r]!;
+      const row = logits.subarray(r * vocab, (r + 1) * vocab);
+      const alone = new Uint32Array(Math.max(k, 1));
+      one[0] = k;
+      if (k > 0) topKRows(row, 1, one, k, alone, new Float32Array(k));
+      expect(Array.from(indices.subarray(r * 7, r * 7 + k))).toEqual(Array.from(alone.subarray(0, k)));
+      expect(Array.from(indices.subarray(r * 7 + k, r * 7 + 7))).toEqual(new Array(7 - k).fill(99));
+      for (let j = 0; j < k; j++) expect(kept[r * 7 + j]).toBe(row[indices[r * 7 + j]!]!);
+    }
+    expect(() => topKRows(logits, rows, ks, 7, new Uint32Array(7), kept)).toThrow("topKRows: 1500 values, 5 rows, 5 ks, k up to 7, 7 indices");
+    expect(() => topKRows(logits, rows, new Uint32Array([8, 0, 0, 0, 0]), 7, indices, kept)).toThrow("row 0: k 8 past k_max 7");
+    expect(() => topKRows(logits, 7, ks, 7, indices, kept)).toThrow(LmheadError);
   });
 
   test("sampling follows the softmax", () => {

@@ -108,8 +108,14 @@ test("the C ABI under random misuse returns errors and never faults", () => {
         return pinned;
       },
       () => lib.lmh_host_unpin(h),
-      // Rows within the 8192 bytes, or refused by their own numbers (none, k of 0 or past the row, too long).
-      () => lib.lmh_top_k(pick([memory, null]), pick([0, a % 2049, 2 ** 32]), pick([0, 1, b % 2049, 2 ** 53 - 1]), pick([new Uint32Array(2048), null]), pick([new Float32Array(2048), null])),
+      () => {
+        // Rows within the 8192 bytes and k's within kMax, or refused by their own numbers (none,
+        // kMax of 0 or past a row, a k past kMax, too long, overflowing).
+        const [rows, rowValues] = pick([[pick([0, 1, 2]), a % 1025], [1, 2 ** 32], [2 ** 53 - 1, 2 ** 53 - 1]]);
+        const kMax = pick([0, 1, b % 1025, 2 ** 53 - 1]);
+        const ks = new Uint32Array([pick([0, 1, kMax % 2 ** 32, 2 ** 32 - 1]), pick([0, 1])]);
+        return lib.lmh_top_k_rows(pick([memory, null]), rows!, rowValues!, pick([ks, null]), kMax, pick([new Uint32Array(2048), null]), pick([new Float32Array(2048), null]));
+      },
     ])();
     if (status !== 0) errors++;
   }

@@ -6,8 +6,7 @@
 //! rows of 262144 in 12-14 ms, the pool in about 2 ms, JavaScript's loop in 16-24 ms, more
 //! than half of a 64-slot decode step (bench/results/cuda-h200.md).
 const std = @import("std");
-const c = std.c;
-const Pool = @import("../backends/cpu/pool.zig").Pool;
+const rows = @import("rows.zig");
 
 /// Lanes of one vector, and vectors per step: each lane keeps the first of its own largest
 /// values, so the steps' compares are independent and the loop runs at the memory's pace.
@@ -62,17 +61,6 @@ pub fn argmax(values: []const f32) u32 {
     return if (best_index == none) 0 else best_index;
 }
 
-/// Threads of the pool: memory, not compute, bounds a row, and a few threads take most of
-/// a socket's bandwidth.
-const max_threads = 8;
-/// Rows below this many values each run on the calling thread: a wake-up of the pool costs
-/// more than they take.
-const pooled_row_values = 1 << 14;
-
-var pool: Pool = undefined;
-var pool_started = false;
-var pool_lock: c.pthread_mutex_t = .{};
-
 const Job = struct {
     values: []const f32,
     row_values: usize,
@@ -89,26 +77,12 @@ const Job = struct {
     }
 };
 
-/// out[r] = argmax(row r) for the rows of `values` (`out.len` rows of `row_values`), on the
-/// pool where there is more than one row of at least pooled_row_values; one caller at a time
-/// uses the pool, and a pool that cannot start leaves the work to the caller.
+/// out[r] = argmax(row r) for the rows of `values` (`out.len` rows of `row_values`), whole
+/// rows on the decode pool.
 pub fn argmaxRows(values: []const f32, row_values: usize, out: []u32) void {
     std.debug.assert(row_values > 0 and row_values <= none and values.len == row_values * out.len);
     var job: Job = .{ .values = values, .row_values = row_values, .out = out };
-    if (out.len > 1 and row_values >= pooled_row_values) {
-        _ = c.pthread_mutex_lock(&pool_lock);
-        defer _ = c.pthread_mutex_unlock(&pool_lock);
-        if (!pool_started) {
-            const cpus = std.Thread.getCpuCount() catch 1;
-            pool.start(@intCast(std.math.clamp(cpus, 1, max_threads))) catch {
-                pool.stop();
-                pool.worker_count = 1;
-            };
-            pool_started = true;
-        }
-        if (pool.worker_count > 1) return pool.run(&job);
-    }
-    job.work(0);
+    rows.run(&job, out.len, row_values);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -158,11 +132,11 @@ test "argmaxRows: every row's argmax, on the pool and on the caller" {
     const allocator = testing.allocator;
     var prng = std.Random.DefaultPrng.init(0xA55);
     const r = prng.random();
-    for ([_]usize{ 5, pooled_row_values + 3 }) |row_values| {
-        for ([_]usize{ 1, 2, 17 }) |rows| {
-            const values = try allocator.alloc(f32, rows * row_values);
+    for ([_]usize{ 5, rows.pooled_row_values + 3 }) |row_values| {
+        for ([_]usize{ 1, 2, 17 }) |row_count| {
+            const values = try allocator.alloc(f32, row_count * row_values);
             defer allocator.free(values);
-            const out = try allocator.alloc(u32, rows);
+            const out = try allocator.alloc(u32, row_count);
             defer allocator.free(out);
             for (values) |*v| v.* = @floatFromInt(r.uintLessThan(u16, 1000));
             argmaxRows(values, row_values, out);

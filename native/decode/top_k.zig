@@ -4,8 +4,9 @@
 //! higher index never displaces one; NaN and -0/+0 compare as IEEE says, as they did there).
 //! Once k values are held, a whole vector of candidates is rejected by one compare against
 //! the k-th: on 262144 logits about every vector is, so a row costs a pass over memory
-//! instead of a scalar compare per value.
+//! instead of a scalar compare per value. A decode step's rows go to the decode pool.
 const std = @import("std");
+const rows = @import("rows.zig");
 
 const width = 16;
 const V = @Vector(width, f32);
@@ -26,6 +27,38 @@ pub fn topK(values: []const f32, indices: []u32, kept: []f32) void {
         for (0..width) |j| insert(indices, kept, &count, values[i + j], @intCast(i + j));
     }
     while (i < values.len) : (i += 1) insert(indices, kept, &count, values[i], @intCast(i));
+}
+
+const Job = struct {
+    values: []const f32,
+    row_values: usize,
+    ks: []const u32,
+    k_max: usize,
+    indices: []u32,
+    kept: []f32,
+    next: std.atomic.Value(usize) = .init(0),
+
+    pub fn work(job: *Job, worker: u32) void {
+        _ = worker;
+        while (true) {
+            const r = job.next.fetchAdd(1, .monotonic);
+            if (r >= job.ks.len) return;
+            const k = job.ks[r];
+            if (k == 0) continue;
+            const at = r * job.k_max;
+            topK(job.values[r * job.row_values ..][0..job.row_values], job.indices[at..][0..k], job.kept[at..][0..k]);
+        }
+    }
+};
+
+/// For each row r of `values` (`ks.len` rows of `row_values`) with ks[r] > 0 (at most k_max
+/// and row_values), its top ks[r] into indices and kept from r·k_max; rows with ks[r] = 0 are
+/// left alone. Whole rows on the decode pool.
+pub fn topKRows(values: []const f32, row_values: usize, ks: []const u32, k_max: usize, indices: []u32, kept: []f32) void {
+    std.debug.assert(values.len == row_values * ks.len and indices.len == ks.len * k_max and kept.len == indices.len);
+    for (ks) |k| std.debug.assert(k <= k_max and k <= row_values);
+    var job: Job = .{ .values = values, .row_values = row_values, .ks = ks, .k_max = k_max, .indices = indices, .kept = kept };
+    rows.run(&job, ks.len, row_values);
 }
 
 /// The sampler's step: with k values held, only a value greater than the k-th joins (it
@@ -81,4 +114,28 @@ test "top-k of distinct values is the k largest, largest first" {
     topK(&values, &indices, &kept);
     try std.testing.expectEqualSlices(f32, &.{ 999, 998, 997, 996, 995 }, &kept);
     for (indices, kept) |i, v| try std.testing.expectEqual(v, values[i]);
+}
+
+test "topKRows: each row's own k, on the pool and on the caller; rows of k = 0 untouched" {
+    const allocator = std.testing.allocator;
+    var prng = std.Random.DefaultPrng.init(11);
+    const random = prng.random();
+    for ([_]usize{ 40, rows.pooled_row_values + 5 }) |row_values| {
+        const ks = [_]u32{ 3, 0, 1, 17, 40 };
+        const k_max = 40;
+        const values = try allocator.alloc(f32, ks.len * row_values);
+        defer allocator.free(values);
+        for (values) |*v| v.* = @floatFromInt(random.uintLessThan(u32, 500));
+        var indices: [ks.len * k_max]u32 = @splat(7);
+        var kept: [ks.len * k_max]f32 = @splat(7);
+        topKRows(values, row_values, &ks, k_max, &indices, &kept);
+        for (ks, 0..) |k, r| {
+            var want_i: [k_max]u32 = undefined;
+            var want_v: [k_max]f32 = undefined;
+            if (k > 0) topKPlain(values[r * row_values ..][0..row_values], want_i[0..k], want_v[0..k]);
+            try std.testing.expectEqualSlices(u32, want_i[0..k], indices[r * k_max ..][0..k]);
+            try std.testing.expectEqualSlices(f32, want_v[0..k], kept[r * k_max ..][0..k]);
+            for (indices[r * k_max + k ..][0 .. k_max - k]) |i| try std.testing.expectEqual(7, i);
+        }
+    }
 }

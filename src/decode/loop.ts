@@ -21,7 +21,7 @@ import { hostPhases } from "../phases.ts";
 import { hash32, type SplitMix32 } from "../random.ts";
 import { LogHistogram, type Quantiles } from "./histogram.ts";
 import type { HiddenContext, HiddenSource } from "./hidden.ts";
-import { argmaxRows, greedy, requestRng, Sampler, type Sampling } from "./sampling.ts";
+import { argmaxRows, greedy, pickTopK, requestRng, Sampler, topKOf, topKRows, type Sampling } from "./sampling.ts";
 
 export interface DecodeRequest {
   /** Unique within a loop. */
@@ -160,6 +160,11 @@ export class DecodeLoop {
   readonly #picked: Int32Array;
   /** Each row's argmax in a step with a greedy row. */
   readonly #argmaxes: Uint32Array;
+  /** Each row's top-k in a step with a top-k sampled row: its k (0: none), then [slots, kMax] indices and values. */
+  readonly #ks: Uint32Array;
+  #topIndices = new Uint32Array(0);
+  #topKept = new Float32Array(0);
+  /** Sampled rows over the whole vocabulary. */
   readonly #sampler = new Sampler();
   readonly #headNs = new LogHistogram();
   readonly #stats: Omit<DecodeStats, "headNsQuantiles">;
@@ -183,6 +188,7 @@ export class DecodeLoop {
     this.#rowSlot = new Int32Array(slots);
     this.#picked = new Int32Array(slots);
     this.#argmaxes = new Uint32Array(slots);
+    this.#ks = new Uint32Array(slots);
     this.#stats = {
       calls: 0, retries: 0, slotTokens: 0, callsByRows: new Array<number>(slots + 1).fill(0), gatherNs: 0, headNs: 0, finalizeNs: 0,
       wallNs: 0, admissions: 0, finished: 0, failed: 0, maxRows: 0,
@@ -284,13 +290,33 @@ export class DecodeLoop {
     const tf = Bun.nanoseconds();
     if (out !== null) {
       hostPhases.time("finalize", () => {
-        // Where any row is greedy, every row's argmax at once (native, on a pool of threads); sampled rows one by one.
+        // Where any row is greedy, every row's argmax at once, and the top-k of the rows that
+        // sample from one at once (native, whole rows on a pool of threads); then each row's pick.
+        const vocab = out.vocab;
         let anyGreedy = false;
-        for (let r = 0; r < n && !anyGreedy; r++) anyGreedy = this.#slotState[this.#rowSlot[r]!]!.sampling.kind === "greedy";
+        let kMax = 0;
+        for (let r = 0; r < n; r++) {
+          const sampling = this.#slotState[this.#rowSlot[r]!]!.sampling;
+          const k = sampling.kind === "greedy" ? 0 : topKOf(sampling, vocab);
+          anyGreedy ||= sampling.kind === "greedy";
+          this.#ks[r] = k;
+          kMax = Math.max(kMax, k);
+        }
         if (anyGreedy) argmaxRows(out.logits, n, this.#argmaxes);
+        if (kMax > 0) {
+          if (this.#topIndices.length < n * kMax) {
+            this.#topIndices = new Uint32Array(this.#ks.length * kMax);
+            this.#topKept = new Float32Array(this.#ks.length * kMax);
+          }
+          topKRows(out.logits, n, this.#ks, kMax, this.#topIndices, this.#topKept);
+        }
         for (let r = 0; r < n; r++) {
           const a = this.#slotState[this.#rowSlot[r]!]!;
-          this.#picked[r] = a.sampling.kind === "greedy" ? this.#argmaxes[r]! : this.#sampler.pick(out.row(r), a.sampling, a.rng);
+          const s = a.sampling;
+          this.#picked[r] =
+            s.kind === "greedy" ? this.#argmaxes[r]!
+            : this.#ks[r]! > 0 ? pickTopK(this.#topKept, this.#topIndices, r * kMax, this.#ks[r]!, s.temperature, a.rng!)
+            : this.#sampler.pick(out.row(r), s, a.rng);
         }
       });
     }

@@ -99,22 +99,69 @@ export function argmaxRows(values: Float32Array, rows: number, into: Uint32Array
 }
 
 /**
+ * Each row's k largest values, largest first, ties to the lower index (the insertion loop the
+ * sampler once ran in JavaScript, natively: one vector compare rejects most of a row), whole
+ * rows at once on a pool of native threads: for row r of `values` (`rows` rows) with ks[r] > 0,
+ * its indices into indices[r·kMax, +ks[r]) and its values into kept[r·kMax, +ks[r]). Rows
+ * with ks[r] = 0 are left alone.
+ */
+export function topKRows(values: Float32Array, rows: number, ks: Uint32Array, kMax: number, indices: Uint32Array, kept: Float32Array): void {
+  expectTyped(values, "Float32Array", "topKRows: values");
+  expectTyped(ks, "Uint32Array", "topKRows: ks");
+  expectTyped(indices, "Uint32Array", "topKRows: indices");
+  expectTyped(kept, "Float32Array", "topKRows: kept");
+  if (!Number.isSafeInteger(rows) || rows < 1 || values.length % rows !== 0 || values.length === 0 || ks.length < rows ||
+      !Number.isSafeInteger(kMax) || kMax < 1 || kMax > values.length / rows || indices.length < rows * kMax || kept.length < rows * kMax) {
+    throw new LmheadError("invalid_argument", `topKRows: ${values.length} values, ${rows} rows, ${ks.length} ks, k up to ${kMax}, ${indices.length} indices and ${kept.length} kept values: expected whole non-empty rows, a k per row and room for rows x k values`);
+  }
+  check(lib.lmh_top_k_rows(values, rows, values.length / rows, ks, kMax, indices, kept), "top-k");
+}
+
+/** The k a sampled row of `vocab` logits keeps: 0 where it takes the whole vocabulary (top-k 0, or at least the row). */
+export function topKOf(sampling: Sampling & { kind: "sample" }, vocab: number): number {
+  return sampling.topK === 0 || sampling.topK >= vocab ? 0 : sampling.topK;
+}
+
+/**
+ * A token from a row's top k (kept[offset, +k), largest first, and their indices): softmax at
+ * temperature t over them, walked best first, with one draw from `rng`.
+ */
+export function pickTopK(kept: Float32Array, indices: Uint32Array, offset: number, k: number, t: number, rng: SplitMix32): number {
+  const max = kept[offset]!;
+  let sum = 0;
+  for (let j = 0; j < k; j++) sum += Math.exp((kept[offset + j]! - max) / t);
+  const target = rng.float() * sum;
+  let acc = 0;
+  for (let j = 0; j < k; j++) {
+    acc += Math.exp((kept[offset + j]! - max) / t);
+    if (acc > target) return indices[offset + j]!;
+  }
+  return indices[offset]!;
+}
+
+/**
  * A sampler with reusable scratch (no allocation per token once sized). `pick` consumes
  * exactly one random draw from `rng` per sampled token.
  */
 export class Sampler {
   #idx = new Uint32Array(0);
   #val = new Float32Array(0);
+  readonly #k = new Uint32Array(1);
 
   /** Picks a token from one row of logits. */
   pick(logits: Float32Array, sampling: Sampling, rng: SplitMix32 | null): number {
     expectTyped(logits, "Float32Array", "sampler: logits");
     if (sampling.kind === "greedy") return argmax(logits);
     if (rng === null) throw new LmheadError("invalid_argument", "sampling needs a request rng");
-    const t = sampling.temperature;
-    const k = sampling.topK === 0 || sampling.topK >= logits.length ? 0 : sampling.topK;
-    if (k === 0) return this.#full(logits, t, rng);
-    return this.#topK(logits, k, t, rng);
+    const k = topKOf(sampling, logits.length);
+    if (k === 0) return this.#full(logits, sampling.temperature, rng);
+    if (this.#idx.length < k) {
+      this.#idx = new Uint32Array(k);
+      this.#val = new Float32Array(k);
+    }
+    this.#k[0] = k;
+    topKRows(logits, 1, this.#k, k, this.#idx, this.#val);
+    return pickTopK(this.#val, this.#idx, 0, k, sampling.temperature, rng);
   }
 
   /** Softmax over the whole vocabulary, walked in index order. */
@@ -129,30 +176,6 @@ export class Sampler {
       if (acc > target) return i;
     }
     return argmax(logits); // rounding left target at the very top: the most likely token
-  }
-
-  /**
-   * The k largest logits (ties: lower index first; native, one vector compare rejects most of
-   * the row), softmax over them, walked best first.
-   */
-  #topK(logits: Float32Array, k: number, t: number, rng: SplitMix32): number {
-    if (this.#idx.length < k) {
-      this.#idx = new Uint32Array(k);
-      this.#val = new Float32Array(k);
-    }
-    const idx = this.#idx;
-    const val = this.#val;
-    check(lib.lmh_top_k(logits, logits.length, k, idx, val), "top-k");
-    const max = val[0]!;
-    let sum = 0;
-    for (let j = 0; j < k; j++) sum += Math.exp((val[j]! - max) / t);
-    const target = rng.float() * sum;
-    let acc = 0;
-    for (let j = 0; j < k; j++) {
-      acc += Math.exp((val[j]! - max) / t);
-      if (acc > target) return idx[j]!;
-    }
-    return idx[0]!;
   }
 }
 
