@@ -8,7 +8,7 @@ import { Rng, synthBlocks, synthF32 } from "../src/artifact/synth.ts";
 import { meta, writeGguf, type TensorSource } from "../src/artifact/writer.ts";
 import { MlxDevice, dequantize, formatInfo, knownTypeIds, loadModel } from "../src/index.ts";
 import { lastError, lib } from "../src/native.ts";
-import { bits, buildHead, randomF32, rng } from "./support.ts";
+import { bits, buildHead, opaqueDevice, randomF32, rng } from "./support.ts";
 
 const device = MlxDevice.open("cpu");
 afterAll(() => device.close());
@@ -64,6 +64,25 @@ test("the head is a view into the mapped file: no copy of the weights", async ()
   });
   // The tied head and the embedding table are the same bytes: the embedding row decodes what the head holds.
   expect(bits(model.embedding.row(3))).toEqual(bits(dequantize(14, mapped.subarray(3 * 420, 4 * 420))));
+});
+
+test("embedding rows are the table's stored rows decoded, tied or untied, loaded in place or copied, on a device that sees host memory or not", async () => {
+  for (const tied of [true, false]) {
+    const written = writeHead(`rows-${tied}.gguf`, 14, tied, 9);
+    const gguf = readGguf(written.path);
+    const table = tensorData(gguf, gguf.tensors.get("token_embd.weight")!);
+    const typeId = tied ? 14 : 8;
+    const stored = table.byteLength / vocab;
+    for (const copy of [false, true]) {
+      for (const d of [device, opaqueDevice(device)]) {
+        using model = await loadModel(d, written.path, { copy });
+        for (const token of [0, 3, vocab - 1]) {
+          expect(bits(model.embedding.row(token))).toEqual(bits(dequantize(typeId, table.subarray(token * stored, (token + 1) * stored))));
+        }
+        expect(() => model.embedding.row(vocab)).toThrow(`token ${vocab} outside [0, ${vocab})`);
+      }
+    }
+  }
 });
 
 test("a buffer over the read-only file lends a copy to the host, never its pages", async () => {
