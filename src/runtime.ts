@@ -185,7 +185,7 @@ export class HostPin implements Disposable {
 }
 
 /** Native views that keep the memory of buffers whose lent bytes were transferred away alive for good. */
-const pinned: bigint[] = [];
+const keptForever: bigint[] = [];
 
 export class MlxBuffer implements Disposable {
   #freed = false;
@@ -265,13 +265,13 @@ export class MlxBuffer implements Disposable {
       return fn(new Uint8Array(lent));
     } finally {
       this.#lent--;
-      if (lent.detached) this.#pin();
+      if (lent.detached) this.#keepForever();
       else lent.transfer(0);
     }
   }
 
-  #pin(): never {
-    pinned.push(handleOut((out) => lib.lmh_buffer_view(this.handle, 0, this.bytes, out), "pin buffer"));
+  #keepForever(): never {
+    keptForever.push(handleOut((out) => lib.lmh_buffer_view(this.handle, 0, this.bytes, out), "keep buffer"));
     throw new LmheadError("invalid_argument", `withHostBytes: the lent bytes were transferred out of the callback; the buffer's ${this.bytes} bytes stay allocated for the life of the process so that they remain valid`);
   }
 

@@ -160,7 +160,7 @@ describe("host bytes are lent inside a callback and never outlive the buffer", (
     b.free(); // and can be after
   });
 
-  test("bytes transferred out of the callback stay valid: the buffer's memory is pinned", () => {
+  test("bytes transferred out of the callback stay valid: the buffer's memory is kept for good", () => {
     const b = device.allocBuffer(16);
     let moved = new ArrayBuffer(0);
     expect(() =>

@@ -20,7 +20,7 @@ const closeHandle = (handle: bigint): void => void lib.lmh_file_close(handle);
 const unclosedFiles = new FinalizationRegistry<bigint>(closeHandle);
 const windowReferences = new FinalizationRegistry<bigint>(closeHandle);
 /** References that keep mappings whose lent bytes were transferred away alive for good. */
-const pinnedReferences: bigint[] = [];
+const keptForever: bigint[] = [];
 
 export class MappedFile implements Disposable {
   #handle: bigint | null;
@@ -65,7 +65,7 @@ export class MappedFile implements Disposable {
     try {
       return use(new Uint8Array(lent));
     } finally {
-      if (lent.detached) this.#pin();
+      if (lent.detached) this.#keepForever();
       else lent.transfer(0);
     }
   }
@@ -101,8 +101,8 @@ export class MappedFile implements Disposable {
     return bytes === 0 ? new ArrayBuffer(0) : toArrayBuffer(this.address + offset, 0, bytes);
   }
 
-  #pin(): never {
-    pinnedReferences.push(handleOut((out) => lib.lmh_file_retain(this.#open(), out), `${this.path}: pin`));
+  #keepForever(): never {
+    keptForever.push(handleOut((out) => lib.lmh_file_retain(this.#open(), out), `${this.path}: keep`));
     throw new LmheadError("invalid_argument", `${this.path}: a lent view was transferred out of read(); the file stays mapped for the life of the process so that it remains valid`);
   }
 
