@@ -474,6 +474,18 @@ describe("default hidden source", () => {
     expect(other).not.toEqual(again);
   });
 
+  test("its perturbation's words come from SplitMix32.fill, which continues the stream u32() gives", () => {
+    for (const seed of [0, 1, 0xffffffff, hash32("r")]) {
+      const a = new SplitMix32(seed);
+      const b = new SplitMix32(seed);
+      const words = new Uint32Array(37);
+      a.fill(words);
+      for (let i = 0; i < words.length; i++) expect(words[i]).toBe(b.u32());
+      a.fill(words.subarray(0, 0));
+      expect(a.u32()).toBe(b.u32()); // the state moved past exactly the words written
+    }
+  });
+
   test("it writes only into a Float32Array with room for the row", () => {
     const ctx = { id: "r", key: hash32("r") };
     expect(() => source.fill([] as unknown as Float32Array, 0, ctx, 1, 0)).toThrow("hidden source: out must be a Float32Array, got Array(0)");

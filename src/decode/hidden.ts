@@ -48,8 +48,9 @@ export class EmbeddingHiddenSource implements HiddenSource {
   readonly hidden: number;
   readonly scale: number;
   readonly perturbation: number;
-  /** The embedding row being decoded, reused for every fill. */
+  /** The embedding row being decoded, and its perturbation's random words, reused for every fill. */
   readonly #row: Float32Array;
+  readonly #words: Uint32Array;
   readonly #noise = new SplitMix32(0);
 
   constructor(
@@ -63,6 +64,7 @@ export class EmbeddingHiddenSource implements HiddenSource {
       throw new LmheadError("invalid_argument", `hidden source: scale ${this.scale} and perturbation ${this.perturbation} must be finite (perturbation >= 0)`);
     }
     this.#row = new Float32Array(this.hidden);
+    this.#words = new Uint32Array(this.hidden);
   }
 
   fill(out: Float32Array, offset: number, request: HiddenContext, token: number, position: number): void {
@@ -85,7 +87,9 @@ export class EmbeddingHiddenSource implements HiddenSource {
     // One stream per (request, position), on a reused generator: no allocation per row.
     const noise = this.#noise;
     noise.reseed(mix32(request.key ^ Math.imul(position + 1, 0x85ebca6b)));
-    for (let k = 0; k < hidden; k++) out[offset + k] = row[k]! * scale + (noise.u32() * step - half);
+    const words = this.#words;
+    noise.fill(words);
+    for (let k = 0; k < hidden; k++) out[offset + k] = row[k]! * scale + (words[k]! * step - half);
   }
 }
 
