@@ -21,6 +21,9 @@ export function hash32(text: string): number {
   return mix32(h);
 }
 
+/** SplitMix32's Weyl step, 2^32/φ. */
+const weylStep = 0x9e3779b9;
+
 /** SplitMix32: a Weyl sequence (step 2^32/φ) through mix32. */
 export class SplitMix32 {
   #state: number;
@@ -36,7 +39,7 @@ export class SplitMix32 {
 
   /** Next 32 random bits as an unsigned integer. */
   u32(): number {
-    this.#state = (this.#state + 0x9e3779b9) >>> 0;
+    this.#state = (this.#state + weylStep) >>> 0;
     return mix32(this.#state);
   }
 
@@ -49,7 +52,7 @@ export class SplitMix32 {
   fill(words: Uint32Array): void {
     let state = this.#state;
     for (let i = 0; i < words.length; i++) {
-      state = (state + 0x9e3779b9) >>> 0;
+      state = (state + weylStep) >>> 0;
       words[i] = mix32(state);
     }
     this.#state = state;

@@ -474,7 +474,7 @@ describe("default hidden source", () => {
     expect(other).not.toEqual(again);
   });
 
-  test("its perturbation's words come from SplitMix32.fill, which continues the stream u32() gives", () => {
+  test("SplitMix32.fill (the perturbation's words) writes what u32() would give, and the stream goes on after them", () => {
     for (const seed of [0, 1, 0xffffffff, hash32("r")]) {
       const a = new SplitMix32(seed);
       const b = new SplitMix32(seed);
