@@ -25,6 +25,6 @@ kernel void count_non_finite_f32(constant lmh_count_non_finite_params &p [[buffe
 
 #define LMH_METAL_MATVEC(name, type)                                                                    \
     kernel void matvec_##name##_f32(constant lmh_matvec_params &p [[buffer(0)]], device const uint *x [[buffer(1)]], device const uchar *w [[buffer(2)]], device uint *out [[buffer(3)]], LMH_METAL_IDS) { \
-        lmh_matvec(p, type, x, w, out, LMH_METAL_SIMDGROUP);                                            \
+        lmh_matvec(p, type, LMH_INPUT_PARAMS, x, w, out, LMH_METAL_SIMDGROUP);                          \
     }
 LMH_HEAD_TYPES(LMH_METAL_MATVEC)

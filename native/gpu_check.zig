@@ -3,7 +3,9 @@
 //! count) on both backends for every head type and N, rows in random slot order, and
 //! compares the logits byte for byte; `bench` times the CUDA head per type and N against
 //! the read bandwidth and FMA rate measured in the same run. Without a usable GPU it prints
-//! why and exits 0, so CI machines skip it with a reason.
+//! why and exits 0, so CI machines skip it with a reason; where NVRTC loads it then compiles
+//! every module into the cache (LMHEAD_CACHE; with LMHEAD_CUDA_FTZ=1 the --ftz=true ones), so a
+//! GPU machine's run can start from modules compiled elsewhere.
 //!
 //!   lmhead-gpu-check check [TYPES]   every head type x N, or those listed (e.g. `Q3_K,Q8_0`),
 //!                            realistic and adversarial inputs, --ftz both ways
@@ -434,7 +436,7 @@ fn compileOnly() void {
         const shapes = cuda_backend.shapesOf(tuning, &buffer);
         var images: [formats.all.len][]u8 = undefined;
         const start = seconds();
-        cuda_backend.compileModules(&nvrtc.table, 90, false, pass, tuning, shapes, images[0..shapes.len]) catch {
+        cuda_backend.compileModules(&nvrtc.table, 90, cuda_backend.ftzFromEnv(), pass, tuning, shapes, images[0..shapes.len]) catch {
             std.debug.print("FAIL: NVRTC ({s}) compile for sm_90: {s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), status.message() });
             std.process.exit(1);
         };

@@ -1008,17 +1008,26 @@ LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_G
     return acc;
 }
 
-// Whether a pass of `rows_per_pass` rows (a literal) reads the norm's output as it is when
-// it may (p.input_flushed, in rows read with 16-byte loads). Measured on an H200: from 4 rows
-// per pass for quantized types and from 8 for F16 and BF16 it took up to 13% off calls of
-// N >= 4 (7-9% for most types at N = 4; Q8_0 at N = 8 and 16 2-3% slower, two others 1%
-// slower at one N). For F32, and in passes of 1 and 2 rows, a second variant of the chunk
-// loop made NVRTC schedule the first one worse (F32 and BF16 at N = 2 1.7 and 2.4 times
-// slower), so those keep one.
+// Whether a pass of `rows_per_pass` rows (a literal) of a kernel that decides by
+// p.input_flushed reads the norm's output as it is (in rows read with 16-byte loads).
+// Measured on an H200: from 4 rows per pass for quantized types and from 8 for F16 and BF16
+// it took up to 13% off calls of N >= 4 (7-9% for most types at N = 4; Q8_0 at N = 8 and 16
+// 2-3% slower, two others 1% slower at one N). For F32, and in passes of 1 and 2 rows, a
+// second variant of the chunk loop made NVRTC schedule the first one worse (F32 and BF16 at
+// N = 2 1.7 and 2.4 times slower), so those keep one.
 LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
     if (type == LMH_TYPE_F32) return 0u;
     return rows_per_pass >= (lmh_dense(type) != 0u ? 8u : 4u) ? 1u : 0u;
 }
+
+// Where a matvec's input stands, a literal at every entry point: rows flushed as they are
+// read (any hidden rows), rows past their flush point (the norm's output, read as they are),
+// or as p.input_flushed says, in the passes lmh_reads_normed names. The first two make a
+// kernel of one variant of the chunk loop: CUDA's modules of 1 and 2 rows per pass have an
+// entry point for each (entries.cu), so their passes read the norm's output as it is too.
+#define LMH_INPUT_RAW 0u
+#define LMH_INPUT_NORMED 1u
+#define LMH_INPUT_PARAMS 2u
 
 // One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes start at `rows`
 // (in the weights, or in a stage at the same offset from a 16-byte boundary), against
@@ -1028,7 +1037,7 @@ LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
 // aligned: checked when recorded; quantized rows always hold a multiple of 32 values); a
 // last, partial chunk (hidden not a multiple of 256) runs with a bounds test, and a lane
 // whose values have ended stops there.
-LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane) {
+LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane) {
     lmh_vocab_rows vocab;
     lmh_tile acc;
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
@@ -1038,7 +1047,8 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) acc.v[m][r] = 0.0f;
     }
     lmh_u32 wide = lmh_dense(type) == 0u || ((p.hidden & 3u) == 0u && (p.row_bytes & 15u) == 0u);
-    if (wide != 0u && lmh_reads_normed(type, rows_per_pass) != 0u && p.input_flushed != 0u) {
+    lmh_u32 normed = input == LMH_INPUT_PARAMS ? (p.input_flushed != 0u && lmh_reads_normed(type, rows_per_pass) != 0u) : input;
+    if (wide != 0u && normed != 0u) {
         acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_NORMED, lane, acc);
     } else if (wide != 0u) {
         acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_WIDE, lane, acc);
@@ -1062,18 +1072,18 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
 // The passes of one group of vocab rows, [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes
 // start at `rows`: LMH_ROWS_PER_PASS activation rows at a time, the rest in passes of halving
 // size, so no pass computes a row that is not there.
-LMH_FN void lmh_matvec_group(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 lane) {
+LMH_FN void lmh_matvec_group(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 lane) {
     lmh_u32 row0 = 0u;
-    for (; p.rows - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, x, rows, out, first, row0, LMH_ROWS_PER_PASS, lane);
+    for (; p.rows - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, lane);
     if (LMH_ROWS_PER_PASS > 4u && p.rows - row0 >= 4u) {
-        lmh_matvec_pass(p, type, x, rows, out, first, row0, 4u, lane);
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, lane);
         row0 += 4u;
     }
     if (LMH_ROWS_PER_PASS > 2u && p.rows - row0 >= 2u) {
-        lmh_matvec_pass(p, type, x, rows, out, first, row0, 2u, lane);
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, lane);
         row0 += 2u;
     }
-    if (LMH_ROWS_PER_PASS > 1u && p.rows - row0 >= 1u) lmh_matvec_pass(p, type, x, rows, out, first, row0, 1u, lane);
+    if (LMH_ROWS_PER_PASS > 1u && p.rows - row0 >= 1u) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, lane);
 }
 
 #if LMH_BULK_STAGES > 0
@@ -1097,7 +1107,7 @@ LMH_FN void lmh_bulk_fetch(lmh_matvec_params p, LMH_GLOBAL const lmh_u8 *w, lmh_
 // i-th) in stage i % LMH_BULK_STAGES, copied while groups i - LMH_BULK_STAGES + 1 .. i - 1
 // are computed. A stage is refilled only after the sync that ends the group read from it,
 // which every lane reaches after its last read of it.
-LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane, lmh_u8 *ring, lmh_u64 stage_bytes) {
+LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane, lmh_u8 *ring, lmh_u64 stage_bytes) {
     lmh_u64 stride = (lmh_u64)simdgroups * LMH_VOCAB_ROWS_PER_SIMDGROUP;
     lmh_u64 first = (lmh_u64)simdgroup * LMH_VOCAB_ROWS_PER_SIMDGROUP;
     LMH_BULK_START(lane);
@@ -1111,7 +1121,7 @@ LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
         lmh_u32 refill = stage == 0u ? LMH_BULK_STAGES - 1u : stage - 1u; // read for the group before
         if (lane == 0u && ahead < p.vocab) lmh_bulk_fetch(p, w, ahead, refill, ring + refill * stage_bytes);
         LMH_BULK_WAIT(stage, phase);
-        lmh_matvec_group(p, type, x, ring + stage * stage_bytes + lmh_skew16(w + first * p.row_bytes), out, first, lane);
+        lmh_matvec_group(p, type, input, x, ring + stage * stage_bytes + lmh_skew16(w + first * p.row_bytes), out, first, lane);
         LMH_BULK_SYNC();
         stage = stage + 1u == LMH_BULK_STAGES ? 0u : stage + 1u;
         phase = stage == 0u ? phase ^ 1u : phase;
@@ -1121,12 +1131,12 @@ LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
 
 // NUMERICS.md §3: out[r, j] = the canonical dot product of row r of x (flushed) with
 // vocab row j of w, decoded as `type`, a group of LMH_VOCAB_ROWS_PER_SIMDGROUP vocab rows at
-// a time.
-LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+// a time; `input` (LMH_INPUT_*) says whether x is past its flush point.
+LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
 #if LMH_BULK_STAGES > 0
     lmh_u64 stage_bytes = lmh_bulk_stage_bytes(p.row_bytes);
     if (lmh_dense(type) == 0u && LMH_BULK_STAGES * stage_bytes <= LMH_BULK_RING_BYTES()) {
-        lmh_matvec_bulk(p, type, x, w, out, simdgroup, simdgroups, lane, LMH_BULK_RING(), stage_bytes);
+        lmh_matvec_bulk(p, type, input, x, w, out, simdgroup, simdgroups, lane, LMH_BULK_RING(), stage_bytes);
         return;
     }
 #endif
@@ -1136,7 +1146,7 @@ LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u
             lmh_u64 rows = p.vocab - first < LMH_VOCAB_ROWS_PER_SIMDGROUP ? p.vocab - first : LMH_VOCAB_ROWS_PER_SIMDGROUP;
             lmh_prefetch_bytes(w + first * p.row_bytes, rows * p.row_bytes, lane);
         }
-        lmh_matvec_group(p, type, x, w + first * p.row_bytes, out, first, lane);
+        lmh_matvec_group(p, type, input, x, w + first * p.row_bytes, out, first, lane);
     }
 }
 

@@ -183,12 +183,23 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     return result;
 }
 
+/// `LMHEAD_CUDA_FTZ=1`: compile the modules with --ftz=true (the GPU check's second pass).
+pub fn ftzFromEnv() bool {
+    const v = std.c.getenv("LMHEAD_CUDA_FTZ") orelse return false;
+    return std.mem.eql(u8, std.mem.span(v), "1");
+}
+
 /// The environment variable `name` as an integer in [min, max]; null when it is unset.
 fn envCount(comptime name: [:0]const u8, min: u32, max: u32) Error!?u32 {
     const v = std.c.getenv(name) orelse return null;
     const n = std.fmt.parseInt(u32, std.mem.span(v), 10) catch max + 1;
     if (n < min or n > max) return fail(error.InvalidArgument, name ++ "={s}: expected {d} to {d}", .{ v, min, max });
     return n;
+}
+
+/// Whether the modules of pass size `pass` have a _normed entry point a type (entries.cu).
+fn hasNormedEntry(pass: usize) bool {
+    return pass_sizes[pass] <= 2;
 }
 
 /// The module of the smallest pass size that holds `rows` (the largest past it).
@@ -318,8 +329,10 @@ const Kernels = struct {
     sum_segments: driver.Function,
     probe_read: driver.Function,
     probe_fma: driver.Function,
-    /// By pass size (pass_sizes), then the type's index in formats.all.
-    matvec: [pass_sizes.len][formats.all.len]driver.Function,
+    /// By pass size (pass_sizes), then the type's index in formats.all, then input_flushed
+    /// (entries.cu: the entry point for any rows, then the one for the norm's output, the
+    /// same one where the module has no _normed entry: hasNormedEntry).
+    matvec: [pass_sizes.len][formats.all.len][2]driver.Function,
 };
 
 pub const Backend = struct {
@@ -349,9 +362,9 @@ pub const Backend = struct {
     multiprocessors: u32 = 0,
     /// Shared memory a block may have, dynamic included, once its kernel opts in.
     max_block_shared_bytes: u32 = 0,
-    /// By pass size, then the type's index in formats.all: the blocks of a matvec with a bulk
-    /// ring of `shared_bytes` that one SM holds (0 bytes: not asked yet).
-    bulk_blocks: [pass_sizes.len][formats.all.len]struct { shared_bytes: u32, blocks: u32 } = @splat(@splat(.{ .shared_bytes = 0, .blocks = 0 })),
+    /// As kernels.matvec: the blocks of a matvec with a bulk ring of `shared_bytes` that one
+    /// SM holds (0 bytes: not asked yet).
+    bulk_blocks: [pass_sizes.len][formats.all.len][2]struct { shared_bytes: u32, blocks: u32 } = @splat(@splat(@splat(.{ .shared_bytes = 0, .blocks = 0 }))),
 
     pub const name = "cuda";
     pub const host_visible = false;
@@ -404,7 +417,7 @@ pub const Backend = struct {
             try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
         }
         for (&backend.timing) |*e| try cuda.check(cuda.cuEventCreate(e, 0), "cuEventCreate");
-        backend.ftz = if (std.c.getenv("LMHEAD_CUDA_FTZ")) |v| std.mem.eql(u8, std.mem.span(v), "1") else false;
+        backend.ftz = ftzFromEnv();
         backend.tunings = try tuningsFromEnv();
         try backend.loadOneRowModules();
         // The kernels other than matvec are the same in every module: the first type's.
@@ -441,19 +454,20 @@ pub const Backend = struct {
     }
 
     /// Loads a compiled module of pass size `pass` and finds the entry points of its types
-    /// (those of `shape`) by the registry's names (entries.cu).
+    /// (those of `shape`) by the registry's names and their _normed twins (entries.cu).
     fn loadModule(backend: *Backend, pass: usize, shape: Shape, image: []const u8) Error!void {
         const tuning = backend.tunings[pass];
         var m: driver.Module = null;
         try backend.cuda.check(backend.cuda.cuModuleLoadData(&m, image.ptr), "cuModuleLoadData");
         errdefer _ = backend.cuda.cuModuleUnload(m);
         const types = tuning.typesWith(shape);
-        var found: [formats.all.len]driver.Function = @splat(null);
+        var found: [formats.all.len][2]driver.Function = @splat(@splat(null));
         inline for (formats.all, 0..) |f, t| {
             if ((types >> @intFromEnum(f.type)) & 1 != 0) {
-                found[t] = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
+                const raw = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
+                found[t] = .{ raw, if (hasNormedEntry(pass)) try backend.function(m, "matvec_" ++ f.name ++ "_normed_f32") else raw };
                 // A bulk ring is dynamic shared memory, past the 48 KiB a kernel gets unasked.
-                if (shape.bulk != 0) try backend.cuda.check(backend.cuda.cuFuncSetAttribute(found[t], driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes)), "cuFuncSetAttribute");
+                if (shape.bulk != 0) for (found[t]) |entry| try backend.cuda.check(backend.cuda.cuFuncSetAttribute(entry, driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes)), "cuFuncSetAttribute");
             }
         }
         // Kept only once every entry point is found: a module unloaded on failure stays out.
@@ -625,14 +639,15 @@ pub const Backend = struct {
                 const pass = passIndex(c.params.rows);
                 std.debug.assert(backend.modules[pass][formatIndex(c.params.type_id)] != null); // loaded by execute
                 const shape = backend.tunings[pass].shapeOf(c.params.type_id);
-                const f = k.matvec[pass][formatIndex(c.params.type_id)];
+                const normed = @intFromBool(c.params.input_flushed != 0);
+                const f = k.matvec[pass][formatIndex(c.params.type_id)][normed];
                 var grid = warpGrid(c.params.vocab, shape.vocab_rows);
                 const shared = bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
                 if (shared != 0) {
                     // Persistent blocks, as many as the SMs hold: each warp's ring runs ahead
                     // across the groups of vocab rows it computes. The driver's answer is kept
                     // per kernel and ring size, so a decode loop asks it once.
-                    const held = &backend.bulk_blocks[pass][formatIndex(c.params.type_id)];
+                    const held = &backend.bulk_blocks[pass][formatIndex(c.params.type_id)][normed];
                     if (held.shared_bytes != shared) {
                         var blocks: c_int = 0;
                         try backend.cuda.check(backend.cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, threads_per_block, shared), "cuOccupancyMaxActiveBlocksPerMultiprocessor");

@@ -140,7 +140,7 @@ static _Thread_local const lmh_u8 *weights_end;
         memcpy(&p, params, sizeof p);                                                                                     \
         weights_first = (const lmh_u8 *)buffers[1];                                                                       \
         weights_end = weights_first + (lmh_u64)p.vocab * p.row_bytes;                                                     \
-        lmh_matvec(p, type, (const lmh_u32 *)buffers[0], (const lmh_u8 *)buffers[1], (lmh_u32 *)buffers[2], simdgroup, simdgroups, lane); \
+        lmh_matvec(p, type, LMH_INPUT_PARAMS, (const lmh_u32 *)buffers[0], (const lmh_u8 *)buffers[1], (lmh_u32 *)buffers[2], simdgroup, simdgroups, lane); \
     }
 LMH_HEAD_TYPES(LMH_MATVEC_ENTRY)
 
