@@ -1024,7 +1024,7 @@ LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
 // read (any hidden rows), rows past their flush point (the norm's output, read as they are),
 // or as p.input_flushed says, in the passes lmh_reads_normed names. The first two make a
 // kernel of one variant of the chunk loop: CUDA's modules of 1 and 2 rows per pass have an
-// entry point for each (entries.cu), so their passes read the norm's output as it is too.
+// entry point for each (entries.cu), so their passes too can read the norm's output as it is.
 #define LMH_INPUT_RAW 0u
 #define LMH_INPUT_NORMED 1u
 #define LMH_INPUT_PARAMS 2u
