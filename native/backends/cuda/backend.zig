@@ -197,7 +197,8 @@ fn envCount(comptime name: [:0]const u8, min: u32, max: u32) Error!?u32 {
     return n;
 }
 
-/// Whether the modules of pass size `pass` have a _normed entry point a type (entries.cu).
+/// Whether the modules of pass size `pass` have a _normed entry point a type (entries.cu's
+/// LMH_CUDA_NORMED_ENTRY): those of 1 and 2 rows per pass.
 fn hasNormedEntry(pass: usize) bool {
     return pass_sizes[pass] <= 2;
 }
@@ -222,6 +223,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_PREFETCH_ROWS", @intFromBool(shape.prefetch) },
         .{ "LMH_STAGES", shape.stages },
         .{ "LMH_BULK_STAGES", shape.bulk },
+        .{ "LMH_CUDA_NORMED_ENTRY", @intFromBool(hasNormedEntry(pass)) },
     } });
 }
 

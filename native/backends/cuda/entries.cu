@@ -49,9 +49,9 @@ extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const
 #define LMH_CUDA_MATVEC_TYPES 0xFFFFFFFFu
 #endif
 
-// The matvec entry points. A module of 1 or 2 rows per pass has two a type: for any hidden
-// rows, and (_normed) for the norm's output, read as it is (kernels.h LMH_INPUT_*); the backend
-// picks by input_flushed. Measured on an H200 against one entry deciding by input_flushed
+// The matvec entry points. A module with LMH_CUDA_NORMED_ENTRY (the backend's choice: those of
+// 1 and 2 rows per pass) has two a type: for any hidden rows, and (_normed) for the norm's
+// output, read as it is (kernels.h LMH_INPUT_*); the backend picks by input_flushed. Measured on an H200 against one entry deciding by input_flushed
 // (bench/results/cuda-h200.md): 2-6% off most quantized types' calls at N = 1 (Q6_K 6%) and
 // 3-8% off five at N = 2 (Q8_0 8%); Q8_0 at N = 1 and Q4_K at N = 2 were 2% and 8% slower, so
 // their _normed entries there flush as the other does. Larger modules keep one entry deciding
@@ -63,7 +63,10 @@ extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const
         LMH_CUDA_IDS                                                                                           \
         lmh_matvec(p, type, input, x, w, out, simdgroup, simdgroups, lane);                                    \
     }
-#if LMH_ROWS_PER_PASS <= 2
+#ifndef LMH_CUDA_NORMED_ENTRY
+#define LMH_CUDA_NORMED_ENTRY 0u
+#endif
+#if LMH_CUDA_NORMED_ENTRY
 #define LMH_CUDA_NORMED_INPUT(type) \
     (((type) == LMH_TYPE_Q8_0 && LMH_ROWS_PER_PASS == 1u) || ((type) == LMH_TYPE_Q4_K && LMH_ROWS_PER_PASS == 2u) ? LMH_INPUT_RAW : LMH_INPUT_NORMED)
 #define LMH_CUDA_MATVEC(name, type)                                   \
