@@ -86,7 +86,9 @@ pub fn Emulator(comptime prefix: []const u8) type {
 pub const default = Emulator("lmh_emulator");
 /// Another tuning: 3 vocab rows per simdgroup, 2 rows per pass, steps of 2 chunks, each simdgroup's
 /// rows prefetched (every address checked to lie in the weights), and a quantized type's rows
-/// brought whole into a bulk ring of 2 stages (LMH_BULK_STAGES; every copy checked too).
+/// brought whole into a bulk ring of 2 stages (LMH_BULK_STAGES; every copy checked too), and
+/// an entry point per input, so the norm's output is read as it is (LMH_INPUT_NORMED), as in
+/// CUDA's modules of 1 and 2 rows per pass.
 pub const retuned = Emulator("lmh_emulator_retuned");
 /// 5 vocab rows per simdgroup, 2 rows per pass, and the quantized types' chunks staged in a
 /// ring of 2 (LMH_STAGES; every copy checked to come from the weights).

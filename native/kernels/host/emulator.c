@@ -130,6 +130,14 @@ static void run_sum_segments(const void *params, void *const *buffers, lmh_u32 s
     lmh_sum_segments(p, (const lmh_u32 *)buffers[0], (lmh_u32 *)buffers[1], simdgroup, simdgroups, lane);
 }
 
+// How a matvec entry tells the kernel where its input stands: as CUDA's modules of 1 and 2 rows
+// per pass do, by an entry point for each (here: the input's flag, read on the host side of the
+// call), so those passes read the norm's output as it is; or, as Metal's entries and CUDA's
+// larger modules do, by the kernel deciding from p.input_flushed.
+#ifndef LMH_EMULATOR_INPUT_BY_ENTRY
+#define LMH_EMULATOR_INPUT_BY_ENTRY 0
+#endif
+
 // The running matvec's weights, [first, end): where a prefetch or a staging copy may point.
 static _Thread_local const lmh_u8 *weights_first;
 static _Thread_local const lmh_u8 *weights_end;
@@ -140,7 +148,8 @@ static _Thread_local const lmh_u8 *weights_end;
         memcpy(&p, params, sizeof p);                                                                                     \
         weights_first = (const lmh_u8 *)buffers[1];                                                                       \
         weights_end = weights_first + (lmh_u64)p.vocab * p.row_bytes;                                                     \
-        lmh_matvec(p, type, LMH_INPUT_PARAMS, (const lmh_u32 *)buffers[0], (const lmh_u8 *)buffers[1], (lmh_u32 *)buffers[2], simdgroup, simdgroups, lane); \
+        lmh_u32 input = LMH_EMULATOR_INPUT_BY_ENTRY ? (p.input_flushed != 0u ? LMH_INPUT_NORMED : LMH_INPUT_RAW) : LMH_INPUT_PARAMS; \
+        lmh_matvec(p, type, input, (const lmh_u32 *)buffers[0], (const lmh_u8 *)buffers[1], (lmh_u32 *)buffers[2], simdgroup, simdgroups, lane); \
     }
 LMH_HEAD_TYPES(LMH_MATVEC_ENTRY)
 
