@@ -25,15 +25,18 @@ pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
 /// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
 /// rows one warp computes (they share each activation load, and more of them keep more weight
 /// bytes in flight), blocks an SM must hold at once (NVRTC caps the registers to fit them;
-/// 0: no cap), whether a warp first asks for all its rows' bytes (a prefetch into L2), and the
+/// 0: no cap), whether a warp first asks for all its rows' bytes (a prefetch into L2), the
 /// stages of the ring a quantized type's chunks arrive in by asynchronous copies (0: none),
-/// or of the ring its whole vocab rows arrive in by bulk copies (0: none; not both).
+/// or of the ring its whole vocab rows arrive in by bulk copies (0: none; not both), and the
+/// chunks a step of the chunk loop takes (1 or 2: two let a warp have the second's loads in
+/// flight while it computes the first).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
     prefetch: bool = false,
     stages: u32 = 0,
     bulk: u32 = 0,
+    chunks_per_step: u32 = 1,
 };
 
 /// A pass size's tuning. The best shape differs by type, so each shape gets a module of its
@@ -44,9 +47,8 @@ pub const Tuning = struct {
     shape: Shape,
     /// Types whose shape differs from `shape`.
     shape_of: []const struct { formats.Type, Shape } = &.{},
-    chunks_per_step: u32,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
-    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null } = .{},
+    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null } = .{},
 
     pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
         var shape = tuning.shape;
@@ -59,6 +61,7 @@ pub const Tuning = struct {
             .prefetch = tuning.forced.prefetch orelse shape.prefetch,
             .stages = tuning.forced.stages orelse shape.stages,
             .bulk = tuning.forced.bulk orelse shape.bulk,
+            .chunks_per_step = tuning.forced.chunks_per_step orelse shape.chunks_per_step,
         };
     }
 
@@ -90,7 +93,8 @@ fn validShape(shape: Shape) bool {
     const stages_valid = shape.stages == 0 or (shape.stages >= 2 and shape.stages <= 4 and
         shape.stages * shape.vocab_rows * params.stage_row_bytes * warps_per_block <= max_ring_bytes_per_block);
     const bulk_valid = shape.bulk == 0 or (shape.bulk >= 2 and shape.bulk <= 4 and shape.stages == 0);
-    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid and bulk_valid;
+    const chunks_valid = shape.chunks_per_step == 1 or shape.chunks_per_step == 2;
+    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid and bulk_valid and chunks_valid;
 }
 
 comptime {
@@ -114,7 +118,8 @@ comptime {
 /// Q8_0 and 4 took 10% off Q5_1. A later sweep of 0, 2, 3, 4, 6 and 8 for every type at N = 1,
 /// 2, 4 and 8 found three more caps 4% faster or more: 6 for Q8_0 at one row per pass, 2 for
 /// Q5_0 at 4, 3 for Q4_0 at 8. At 4 rows per pass steps of 2 chunks nearly doubled F32 and
-/// BF16. Prefetching a warp's rows into L2 (kernels.h), measured for every type at N = 1, 2, 4
+/// BF16; at 1, 2 and 8 rows per pass they made F16 and Q4_0 up to 30% slower (F32, F16, Q4_0
+/// and Q5_0 measured), and at 8 with 4 vocab rows per warp F16 and BF16 too. Prefetching a warp's rows into L2 (kernels.h), measured for every type at N = 1, 2, 4
 /// and 8: a type prefetches where that was 4% faster or more in two runs and slower at no N
 /// (Q6_K N = 1 8-9%, Q4_0 N = 2 and 4 6-8%, Q2_K N = 8 8-10%); it made dense types up to 50%
 /// slower (not profiled), and prefetching 1, 2 or 4 chunks ahead instead of the whole rows was
@@ -130,7 +135,7 @@ comptime {
 /// and Q4_0 0-17% slower with any, IQ4_NL and IQ4_XS within 2% or slower. A type's prefetch
 /// then applies only where the ring does not fit.
 pub const tunings = [pass_sizes.len]Tuning{
-    .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .chunks_per_step = 1, .shape_of = &.{
+    .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                               .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
         .{ .bf16, .{ .vocab_rows = 4, .min_blocks = 4 } },                              .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4 } },
         .{ .q8_0, .{ .vocab_rows = 8, .min_blocks = 6 } },                              .{ .q2_k, .{ .vocab_rows = 8, .min_blocks = 4, .bulk = 2 } },
@@ -138,17 +143,17 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 4, .bulk = 2 } },                   .{ .q5_1, .{ .vocab_rows = 4, .min_blocks = 4, .bulk = 2 } },
         .{ .q6_k, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true, .bulk = 2 } }, .{ .q3_k, .{ .vocab_rows = 6, .min_blocks = 4, .prefetch = true, .bulk = 2 } },
     } },
-    .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
+    .{ .shape = .{ .vocab_rows = 8 }, .shape_of = &.{
         .{ .f16, .{ .vocab_rows = 4 } },                    .{ .q8_0, .{ .vocab_rows = 4, .min_blocks = 6 } },
         .{ .q3_k, .{ .vocab_rows = 4, .min_blocks = 6 } },  .{ .q5_1, .{ .vocab_rows = 8, .min_blocks = 4 } },
         .{ .q4_0, .{ .vocab_rows = 6, .prefetch = true } }, .{ .q5_0, .{ .vocab_rows = 8, .prefetch = true } },
         .{ .q5_k, .{ .vocab_rows = 8, .prefetch = true } },
     } },
-    .{ .shape = .{ .vocab_rows = 4, .min_blocks = 4 }, .chunks_per_step = 2, .shape_of = &.{
-        .{ .q5_1, .{ .vocab_rows = 6, .min_blocks = 4 } }, .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4 } },
-        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2 } }, .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true } },
+    .{ .shape = .{ .vocab_rows = 4, .min_blocks = 4, .chunks_per_step = 2 }, .shape_of = &.{
+        .{ .q5_1, .{ .vocab_rows = 6, .min_blocks = 4, .chunks_per_step = 2 } }, .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4, .chunks_per_step = 2 } },
+        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2, .chunks_per_step = 2 } }, .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true, .chunks_per_step = 2 } },
     } },
-    .{ .shape = .{ .vocab_rows = 8 }, .chunks_per_step = 1, .shape_of = &.{
+    .{ .shape = .{ .vocab_rows = 8 }, .shape_of = &.{
         .{ .bf16, .{ .vocab_rows = 4 } },                  .{ .iq4_xs, .{ .vocab_rows = 4 } },                 .{ .q5_0, .{ .vocab_rows = 6 } },
         .{ .q5_1, .{ .vocab_rows = 6 } },                  .{ .q3_k, .{ .vocab_rows = 6 } },                   .{ .q4_k, .{ .vocab_rows = 6 } },
         .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } }, .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true } },  .{ .q6_k, .{ .vocab_rows = 8, .stages = 3 } },
@@ -159,7 +164,7 @@ pub const tunings = [pass_sizes.len]Tuning{
 /// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every type's
 /// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM and
 /// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches, `LMHEAD_CUDA_STAGES` (0, or 2
-/// to 4) every type's ring.
+/// to 4) every type's ring, `LMHEAD_CUDA_CHUNKS_PER_STEP` (1 or 2) every type's step.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
     const vocab_rows = try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows);
@@ -169,9 +174,10 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     if (stages == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_STAGES=1: expected 0, or 2 to 4", .{});
     const bulk = try envCount("LMHEAD_CUDA_BULK", 0, 4);
     if (bulk == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK=1: expected 0, or 2 to 4", .{});
+    const chunks_per_step = try envCount("LMHEAD_CUDA_CHUNKS_PER_STEP", 1, 2);
     if ((bulk orelse 0) > 0 and (stages orelse 0) > 0) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK and LMHEAD_CUDA_STAGES: a bulk ring or a ring of chunks, not both", .{});
     for (&result) |*t| {
-        t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk };
+        t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk, .chunks_per_step = chunks_per_step };
         // A forced ring of either kind replaces the other.
         if (bulk != null and bulk.? > 0 and stages == null) t.forced.stages = 0;
         if (stages != null and stages.? > 0 and bulk == null) t.forced.bulk = 0;
@@ -217,7 +223,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", shape.vocab_rows },
         .{ "LMH_CUDA_MATVEC_TYPES", tuning.typesWith(shape) },
         .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
-        .{ "LMH_CHUNKS_PER_STEP", tuning.chunks_per_step },
+        .{ "LMH_CHUNKS_PER_STEP", shape.chunks_per_step },
         .{ "LMH_CUDA_BLOCK_THREADS", threads_per_block },
         .{ "LMH_CUDA_MIN_BLOCKS", shape.min_blocks },
         .{ "LMH_PREFETCH_ROWS", @intFromBool(shape.prefetch) },
@@ -882,6 +888,21 @@ test "LMHEAD_CUDA_BULK sets every type's bulk ring in place of a ring of chunks;
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
     try std.testing.expect(std.mem.indexOf(u8, status.message(), "not both") != null);
     try std.testing.expect(!validShape(.{ .vocab_rows = 4, .stages = 3, .bulk = 2 }));
+}
+
+test "LMHEAD_CUDA_CHUNKS_PER_STEP sets every type's step and keeps the rest of its shape; only 1 or 2 chunks" {
+    defer _ = unsetenv("LMHEAD_CUDA_CHUNKS_PER_STEP");
+    _ = setenv("LMHEAD_CUDA_CHUNKS_PER_STEP", "2", 1);
+    for (try tuningsFromEnv(), tunings) |forced, tuning| for (formats.all) |f| {
+        var want = tuning.shapeOf(@intFromEnum(f.type));
+        want.chunks_per_step = 2;
+        try std.testing.expectEqual(want, forced.shapeOf(@intFromEnum(f.type)));
+    };
+    _ = setenv("LMHEAD_CUDA_CHUNKS_PER_STEP", "3", 1);
+    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "LMHEAD_CUDA_CHUNKS_PER_STEP=3: expected 1 to 2") != null);
+    try std.testing.expect(!validShape(.{ .vocab_rows = 4, .chunks_per_step = 0 }));
+    try std.testing.expect(!validShape(.{ .vocab_rows = 4, .chunks_per_step = 3 }));
 }
 
 test "a bulk ring takes a block's shared memory for quantized types only, and only where its stages fit" {
