@@ -119,8 +119,8 @@ comptime {
 /// 2, 4 and 8 found three more caps 4% faster or more: 6 for Q8_0 at one row per pass, 2 for
 /// Q5_0 at 4, 3 for Q4_0 at 8. At 4 rows per pass steps of 2 chunks nearly doubled F32 and
 /// BF16; at 1, 2 and 8 rows per pass they made F16 and Q4_0 up to 30% slower (F32, F16, Q4_0
-/// and Q5_0 measured), and at 8 with 4 vocab rows per warp F16 and BF16 too. Prefetching a warp's rows into L2 (kernels.h), measured for every type at N = 1, 2, 4
-/// and 8: a type prefetches where that was 4% faster or more in two runs and slower at no N
+/// and Q5_0 measured), and at 8 with 4 vocab rows per warp F16 and BF16 too. Prefetching a
+/// warp's rows into L2 (kernels.h), measured for every type at N = 1, 2, 4 and 8: a type prefetches where that was 4% faster or more in two runs and slower at no N
 /// (Q6_K N = 1 8-9%, Q4_0 N = 2 and 4 6-8%, Q2_K N = 8 8-10%); it made dense types up to 50%
 /// slower (not profiled), and prefetching 1, 2 or 4 chunks ahead instead of the whole rows was
 /// 4% faster for no type. A ring of 2, 3 or 4 stages (kernels.h), measured for every quantized
