@@ -118,8 +118,9 @@ comptime {
 /// Q8_0 and 4 took 10% off Q5_1. A later sweep of 0, 2, 3, 4, 6 and 8 for every type at N = 1,
 /// 2, 4 and 8 found three more caps 4% faster or more: 6 for Q8_0 at one row per pass, 2 for
 /// Q5_0 at 4, 3 for Q4_0 at 8. At 4 rows per pass steps of 2 chunks nearly doubled F32 and
-/// BF16; at 1, 2 and 8 rows per pass they made F16 and Q4_0 up to 30% slower (F32, F16, Q4_0
-/// and Q5_0 measured), and at 8 with 4 vocab rows per warp F16 and BF16 too. Prefetching a
+/// BF16, and at 8 they took 5-11% off F32 from N = 8 to 64 (three runs); at 1, 2 and 8 rows
+/// per pass they made F16 and Q4_0 up to 30% slower (F32, F16, Q4_0 and Q5_0 measured), and at
+/// 8 with 4 vocab rows per warp F16 and BF16 too. Prefetching a
 /// warp's rows into L2 (kernels.h), measured for every type at N = 1, 2, 4 and 8: a type prefetches where that was 4% faster or more in two runs and slower at no N
 /// (Q6_K N = 1 8-9%, Q4_0 N = 2 and 4 6-8%, Q2_K N = 8 8-10%); it made dense types up to 50%
 /// slower (not profiled), and prefetching 1, 2 or 4 chunks ahead instead of the whole rows was
@@ -154,6 +155,7 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2, .chunks_per_step = 2 } }, .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true, .chunks_per_step = 2 } },
     } },
     .{ .shape = .{ .vocab_rows = 8 }, .shape_of = &.{
+        .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2 } },
         .{ .bf16, .{ .vocab_rows = 4 } },                  .{ .iq4_xs, .{ .vocab_rows = 4 } },                 .{ .q5_0, .{ .vocab_rows = 6 } },
         .{ .q5_1, .{ .vocab_rows = 6 } },                  .{ .q3_k, .{ .vocab_rows = 6 } },                   .{ .q4_k, .{ .vocab_rows = 6 } },
         .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } }, .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true } },  .{ .q6_k, .{ .vocab_rows = 8, .stages = 3 } },
