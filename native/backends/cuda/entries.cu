@@ -49,13 +49,14 @@ extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const
 #define LMH_CUDA_MATVEC_TYPES 0xFFFFFFFFu
 #endif
 
-// The matvec entry points. A module with LMH_CUDA_NORMED_ENTRY (the backend's choice: those of
-// 1 and 2 rows per pass) has two a type: for any hidden rows, and (_normed) for the norm's
-// output, read as it is (kernels.h LMH_INPUT_*); the backend picks by input_flushed. Measured on an H200 against one entry deciding by input_flushed
-// (bench/results/cuda-h200.md): 2-6% off most quantized types' calls at N = 1 (Q6_K 6%) and
-// 3-8% off five at N = 2 (Q8_0 8%); Q8_0 at N = 1 and Q4_K at N = 2 were 2% and 8% slower, so
-// their _normed entries there flush as the other does. Larger modules keep one entry deciding
-// by input_flushed: two there made 8-row passes up to 61% slower (more registers for some).
+// The matvec entry points. A module with LMH_CUDA_NORMED_ENTRY (the backend's choice: those of 1
+// and 2 rows per pass) has two a type: for any hidden rows, and (_normed) for the norm's output,
+// read as it is (kernels.h LMH_INPUT_*); the backend picks by input_flushed. Measured on an H200
+// against one entry deciding by input_flushed (bench/results/cuda-h200.md): 2-6% off most
+// quantized types' calls at N = 1 (Q6_K 6%) and 3-8% off five at N = 2 (Q8_0 8%); Q8_0 at N = 1
+// and Q4_K at N = 2 were 2% and 8% slower, so their _normed entries there flush as the other
+// does. Larger modules keep one entry deciding by input_flushed: two there made 8-row passes up
+// to 61% slower (more registers for some).
 #define LMH_CUDA_MATVEC_ENTRY(name, type, suffix, input)                                                       \
     extern "C" __global__ void LMH_CUDA_MATVEC_BOUNDS                                                         \
     matvec_##name##suffix(lmh_matvec_params p, const lmh_u32 *x, const lmh_u8 *w, lmh_u32 *out) {             \
