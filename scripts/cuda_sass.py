@@ -99,6 +99,10 @@ def chunk_loop(code):
         if any(start <= s and e < end and (s, e) != (start, end) for s, e in loops):
             continue
         body = [t for a, t in code if start <= a <= end]
+        # A branch back from the warp-divergence stubs NVRTC places past the function's last
+        # EXIT spans it: not a loop of the kernel's own (Q4_K's and Q5_K's shuffles have such).
+        if any(re.match(r"EXIT\b", t) for t in body):
+            continue
         if key(body) > key(best):
             best, best_range = body, (start, end)
     return best, best_range
