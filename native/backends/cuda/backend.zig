@@ -118,37 +118,39 @@ comptime {
 /// 10% off Q5_1. A later sweep of 0, 2, 3, 4, 6 and 8 for every type at N = 1, 2, 4 and 8 found
 /// three more caps 4% faster or more: 6 for Q8_0 at one row per pass, 2 for Q5_0 at 4, 3 for
 /// Q4_0 at 8. At 4 rows per pass steps of 2 chunks nearly doubled F32 and BF16, and at 8 they
-/// took 5-11% off F32 from N = 8 to 64 (three runs); at 1, 2 and 8 rows per pass they made F16
-/// and Q4_0 up to 30% slower (F32, F16, Q4_0 and Q5_0 measured), and at 8 with 4 vocab rows per
-/// warp F16 and BF16 too. Prefetching a warp's rows into L2 (kernels.h), measured for every
-/// type at N = 1, 2, 4 and 8: a type prefetches where that was 4% faster or more in two runs
-/// and slower at no N (Q6_K N = 1 8-9%, Q4_0 N = 2 and 4 6-8%, Q2_K N = 8 8-10%); it made dense
-/// types up to 50% slower (not profiled), and prefetching 1, 2 or 4 chunks ahead instead of the
-/// whole rows was 4% faster for no type. A ring of 2, 3 or 4 stages (kernels.h), measured for
-/// every quantized type at N = 1, 2, 4 and 8, then 3 stages at N = 8 to 64 twice: taken at 8
-/// rows per pass where it was 4% faster or more at some N and slower at none (Q6_K 8-19%
-/// faster, Q5_K and IQ4_NL 8% at N = 8); at 1 row per pass 3 stages made every type but Q5_1
-/// 2-21% slower. At 1 row per pass a bulk ring (kernels.h LMH_BULK_STAGES; persistent blocks),
-/// measured for every quantized type with 2 stages and the module's vocab rows per warp, 2
-/// stages and 4 or 2 rows, 3 stages and 4 rows: taken with 2 stages where that was 4% faster or
-/// more (Q2_K 11%, Q3_K 8%, Q5_0 7% with 4 rows, Q4_K 6%, Q5_K, Q6_K and Q5_1 4%), and again
-/// faster in a second call (Q2_K 10%, Q3_K 7%, Q4_K, Q5_0 and Q5_1 5-6%, Q5_K and Q6_K 2-3%);
-/// Q8_0 5-30% and Q4_0 0-17% slower with any, IQ4_NL and IQ4_XS within 2% or slower. A type's
-/// prefetch then applies only where the ring does not fit.
+/// took 5-11% off F32 from N = 8 to 64 (three runs); measured for every type at 1, 2 and 8 rows
+/// per pass (four runs in two calls), they took 5% off Q4_K and Q5_1 at N = 1 and 5-8% off Q2_K,
+/// IQ4_NL and IQ4_XS at N = 2 (Q5_0 3%), and made most others slower (Q4_0, Q3_K, IQ4_XS, BF16
+/// up to 30% at N = 8; Q4_K 28% at N = 2). Prefetching a warp's rows into L2 (kernels.h),
+/// measured for every type at N = 1, 2, 4 and 8: a type prefetches where that was 4% faster or
+/// more in two runs and slower at no N (Q6_K N = 1 8-9%, Q4_0 N = 2 and 4 6-8%, Q2_K N = 8
+/// 8-10%); it made dense types up to 50% slower (not profiled), and prefetching 1, 2 or 4
+/// chunks ahead instead of the whole rows was 4% faster for no type. A ring of 2, 3 or 4 stages
+/// (kernels.h), measured for every quantized type at N = 1, 2, 4 and 8, then 3 stages at N = 8
+/// to 64 twice: taken at 8 rows per pass where it was 4% faster or more at some N and slower at
+/// none (Q6_K 8-19% faster, Q5_K and IQ4_NL 8% at N = 8); at 1 row per pass 3 stages made every
+/// type but Q5_1 2-21% slower. At 1 row per pass a bulk ring (kernels.h LMH_BULK_STAGES;
+/// persistent blocks), measured for every quantized type with 2 stages and the module's vocab
+/// rows per warp, 2 stages and 4 or 2 rows, 3 stages and 4 rows: taken with 2 stages where that
+/// was 4% faster or more (Q2_K 11%, Q3_K 8%, Q5_0 7% with 4 rows, Q4_K 6%, Q5_K, Q6_K and Q5_1
+/// 4%), and again faster in a second call (Q2_K 10%, Q3_K 7%, Q4_K, Q5_0 and Q5_1 5-6%, Q5_K
+/// and Q6_K 2-3%); Q8_0 5-30% and Q4_0 0-17% slower with any, IQ4_NL and IQ4_XS within 2% or
+/// slower. A type's prefetch then applies only where the ring does not fit.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                               .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
         .{ .bf16, .{ .vocab_rows = 4, .min_blocks = 4 } },                              .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4 } },
         .{ .q8_0, .{ .vocab_rows = 8, .min_blocks = 6 } },                              .{ .q2_k, .{ .vocab_rows = 8, .min_blocks = 4, .bulk = 2 } },
-        .{ .q4_k, .{ .vocab_rows = 8, .min_blocks = 4, .bulk = 2 } },                   .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4, .bulk = 2 } },
-        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 4, .bulk = 2 } },                   .{ .q5_1, .{ .vocab_rows = 4, .min_blocks = 4, .bulk = 2 } },
+        .{ .q4_k, .{ .vocab_rows = 8, .min_blocks = 4, .bulk = 2, .chunks_per_step = 2 } }, .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4, .bulk = 2 } },
+        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 4, .bulk = 2 } },                   .{ .q5_1, .{ .vocab_rows = 4, .min_blocks = 4, .bulk = 2, .chunks_per_step = 2 } },
         .{ .q6_k, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true, .bulk = 2 } }, .{ .q3_k, .{ .vocab_rows = 6, .min_blocks = 4, .prefetch = true, .bulk = 2 } },
     } },
     .{ .shape = .{ .vocab_rows = 8 }, .shape_of = &.{
         .{ .f16, .{ .vocab_rows = 4 } },                    .{ .q8_0, .{ .vocab_rows = 4, .min_blocks = 6 } },
         .{ .q3_k, .{ .vocab_rows = 4, .min_blocks = 6 } },  .{ .q5_1, .{ .vocab_rows = 8, .min_blocks = 4 } },
         .{ .q4_0, .{ .vocab_rows = 6, .prefetch = true } }, .{ .q5_0, .{ .vocab_rows = 8, .prefetch = true } },
-        .{ .q5_k, .{ .vocab_rows = 8, .prefetch = true } },
+        .{ .q5_k, .{ .vocab_rows = 8, .prefetch = true } }, .{ .q2_k, .{ .vocab_rows = 8, .chunks_per_step = 2 } },
+        .{ .iq4_nl, .{ .vocab_rows = 8, .chunks_per_step = 2 } }, .{ .iq4_xs, .{ .vocab_rows = 8, .chunks_per_step = 2 } },
     } },
     .{ .shape = .{ .vocab_rows = 4, .min_blocks = 4, .chunks_per_step = 2 }, .shape_of = &.{
         .{ .q5_1, .{ .vocab_rows = 6, .min_blocks = 4, .chunks_per_step = 2 } }, .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4, .chunks_per_step = 2 } },
