@@ -9,7 +9,7 @@ const root = @import("root.zig");
 const ok = @import("abi_testing.zig").ok;
 
 fn expectStatus(want: status.Status, rc: i32) !void {
-    try std.testing.expectEqual(@intFromEnum(want), rc);
+    try std.testing.expectEqual(@backingInt(want), rc);
 }
 
 test "a buffer over a mapped file: read-only, refused as an output, alive after the file closes" {

@@ -56,7 +56,7 @@ pub fn main(init: std.process.Init.Minimal) !void {
     const mode = args.next() orelse "check";
     var cuda: u64 = 0;
     const open_start = seconds();
-    if (lib.lmh_device_open(@intFromEnum(device_mod.Kind.cuda), &cuda) != 0) {
+    if (lib.lmh_device_open(@backingInt(device_mod.Kind.cuda), &cuda) != 0) {
         var text: [512]u8 = undefined;
         const n = lib.lmh_last_error(&text, text.len);
         std.debug.print("SKIP: no CUDA device: {s}\n", .{text[0..@min(n, text.len)]});
@@ -139,7 +139,7 @@ const Weights = enum { realistic, adversarial };
 /// scale, subnormal and infinite included (adversarial); dense types with values of a real
 /// head, or any finite bit pattern (tiny, subnormal and huge values; adversarial).
 fn fillWeights(t: formats.Type, random: std.Random, weights: []u8, row_bytes: usize, kind: Weights) void {
-    const f = formats.format(@intFromEnum(t)).?;
+    const f = formats.format(@backingInt(t)).?;
     const rows = weights.len / row_bytes;
     for (0..@min(rows, tile_rows)) |r| {
         const row = weights[r * row_bytes ..][0..row_bytes];
@@ -194,11 +194,11 @@ fn fillInputs(random: std.Random, x: []f32, hidden: usize) void {
 
 fn check(cuda: u64, types: []const u8) !void {
     var cpu: u64 = 0;
-    try ok(lib.lmh_device_open(@intFromEnum(device_mod.Kind.cpu), &cpu));
+    try ok(lib.lmh_device_open(@backingInt(device_mod.Kind.cpu), &cpu));
     // The same kernels compiled with --ftz=true must give the same bytes.
     _ = setenv("LMHEAD_CUDA_FTZ", "1", 1);
     var cuda_ftz: u64 = 0;
-    try ok(lib.lmh_device_open(@intFromEnum(device_mod.Kind.cuda), &cuda_ftz));
+    try ok(lib.lmh_device_open(@backingInt(device_mod.Kind.cuda), &cuda_ftz));
     var failures: u32 = 0;
     var cases: u32 = 0;
     var prng = std.Random.DefaultPrng.init(0x9e3779b97f4a7c15);
@@ -249,7 +249,7 @@ fn checkShape(cpu: u64, cuda: u64, cuda_ftz: u64, f: formats.Format, hidden: u32
     var failed: u32 = 0;
     var cases: u32 = 0;
     for ([_]f32{ 1e-6, 0 }) |eps| {
-        var ref = try Head.init(cpu, @intFromEnum(f.type), hidden, vocab, weights, norm);
+        var ref = try Head.init(cpu, @backingInt(f.type), hidden, vocab, weights, norm);
         defer ref.deinit();
         try ok(lib.lmh_buffer_write(ref.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
         // The matvec of the hidden rows themselves (once, as it has no eps): no norm before
@@ -259,7 +259,7 @@ fn checkShape(cpu: u64, cuda: u64, cuda_ftz: u64, f: formats.Format, hidden: u32
             try ref.runStages(pool_rows, eps, stages);
             try ok(lib.lmh_buffer_read(ref.logits, 0, std.mem.sliceAsBytes(want).ptr, want.len * 4));
             for ([_]u64{ cuda, cuda_ftz }, [_][]const u8{ "ftz=false", "ftz=true" }) |device, label| {
-                var head = try Head.init(device, @intFromEnum(f.type), hidden, vocab, weights, norm);
+                var head = try Head.init(device, @backingInt(f.type), hidden, vocab, weights, norm);
                 defer head.deinit();
                 for (check_rows) |n| {
                     // N distinct pool rows in random slot order.
@@ -335,7 +335,7 @@ fn bench(cuda: u64, types: []const u8, rows: []const u8) !void {
         const weights = try a.alloc(u8, row_bytes * full_vocab);
         defer a.free(weights);
         fillWeights(f.type, random, weights, row_bytes, .realistic);
-        var head = try Head.init(cuda, @intFromEnum(f.type), full_hidden, full_vocab, weights, norm);
+        var head = try Head.init(cuda, @backingInt(f.type), full_hidden, full_vocab, weights, norm);
         defer head.deinit();
         try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
         for (bench_rows) |n| {
@@ -397,7 +397,7 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     defer std.heap.c_allocator.free(weights);
     var prng = std.Random.DefaultPrng.init(2);
     fillWeights(.q8_0, prng.random(), weights, row_bytes, .realistic);
-    var head = try Head.init(cuda, @intFromEnum(formats.Type.q8_0), full_hidden, 256, weights, norm);
+    var head = try Head.init(cuda, @backingInt(formats.Type.q8_0), full_hidden, 256, weights, norm);
     defer head.deinit();
     try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
     std.debug.print("launch overhead: one head call (4 commands, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
@@ -446,7 +446,7 @@ fn compileOnly() void {
             const types = tuning.typesWith(shape);
             var names: [128]u8 = undefined;
             var used: usize = 0;
-            for (formats.all) |g| if ((types >> @intCast(@intFromEnum(g.type))) & 1 != 0) {
+            for (formats.all) |g| if ((types >> @intCast(@backingInt(g.type))) & 1 != 0) {
                 used += (std.fmt.bufPrint(names[used..], "{s}{s}", .{ if (used == 0) "" else " ", g.name }) catch unreachable).len;
             };
             var path: [1024:0]u8 = undefined;

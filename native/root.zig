@@ -46,8 +46,8 @@ pub const abi_version: u32 = 5;
 fn call(result: Error!void) i32 {
     if (result) |_| {
         status.clear();
-        return @intFromEnum(status.Status.ok);
-    } else |err| return @intFromEnum(status.status(err));
+        return @backingInt(status.Status.ok);
+    } else |err| return @backingInt(status.status(err));
 }
 
 fn out(comptime T: type, pointer: ?*T) Error!*T {
@@ -107,7 +107,7 @@ fn deviceInfo(device: u64, info_out: ?*[3]u32, dst: ?[*]u8, capacity: u64, len_o
     defer d.release();
     var text_buffer: [256]u8 = undefined;
     const text = d.describe(&text_buffer);
-    info.* = .{ @intFromEnum(d.kind), d.threads(), @intFromBool(d.hostVisible()) };
+    info.* = .{ @backingInt(d.kind), d.threads(), @intFromBool(d.hostVisible()) };
     len.* = text.len;
     copyText(text, dst, capacity);
 }

@@ -25,7 +25,7 @@ const max_generation: u64 = (1 << generation_bits) - 1;
 
 fn pack(kind: Kind, generation: u64, slot: u32) Handle {
     std.debug.assert(generation >= 1 and generation <= max_generation and slot < 1 << slot_bits);
-    return (@as(u64, @intFromEnum(kind)) << (64 - kind_bits)) | (generation << slot_bits) | slot;
+    return (@as(u64, @backingInt(kind)) << (64 - kind_bits)) | (generation << slot_bits) | slot;
 }
 
 /// A table of objects of type T, which has `retain()` and `release()`.
@@ -92,7 +92,7 @@ pub fn Table(comptime T: type, comptime kind: Kind, comptime capacity: u32) type
             const handle_kind = handle >> (64 - kind_bits);
             const generation = (handle >> slot_bits) & max_generation;
             const index = handle & ((1 << slot_bits) - 1);
-            if (handle_kind != @intFromEnum(kind)) {
+            if (handle_kind != @backingInt(kind)) {
                 return fail(error.BadHandle, "handle 0x{x} is not a {s} handle", .{ handle, @tagName(kind) });
             }
             if (index >= self.used or self.slots[index].object == null or self.slots[index].generation != generation) {
@@ -127,7 +127,7 @@ test "stale, double-freed and wrong-kind handles are rejected" {
     const h2 = try table.insert(&a);
     try std.testing.expect(h2 != h);
     try std.testing.expectError(error.BadHandle, table.acquire(h));
-    const other_kind = (h2 & ~(@as(u64, 0xF) << 60)) | (@as(u64, @intFromEnum(Kind.device)) << 60);
+    const other_kind = (h2 & ~(@as(u64, 0xF) << 60)) | (@as(u64, @backingInt(Kind.device)) << 60);
     try std.testing.expectError(error.BadHandle, table.acquire(other_kind));
     try std.testing.expectError(error.BadHandle, table.acquire(0));
 }

@@ -35,7 +35,7 @@ pub const Kernel = union(enum) {
             .rms_norm => "rms_norm_f32",
             .softcap => "softcap_f32",
             .count_non_finite => "count_non_finite_f32",
-            .matvec => |t| std.fmt.bufPrint(out, "matvec_{s}_f32", .{formats.format(@intFromEnum(t)).?.name}) catch unreachable,
+            .matvec => |t| std.fmt.bufPrint(out, "matvec_{s}_f32", .{formats.format(@backingInt(t)).?.name}) catch unreachable,
         };
     }
 };

@@ -146,7 +146,7 @@ test "dispatch refuses a wrong kernel, parameter struct, buffer list or grid" {
     try std.testing.expectError(error.UnknownKernel, default.dispatch(1000, &p, &.{buffer}, grid));
     const count: params.CountNonFinite = .{ .rows = 1, .row_values = 64 };
     try std.testing.expectError(error.BadParams, default.dispatch(softcap, &count, &.{buffer}, grid));
-    const matvec: params.Matvec = .{ .rows = 1, .hidden = 32, .vocab = 1, .type_id = @intFromEnum(formats.Type.q8_0), .row_bytes = 34, .chunks = 1 };
+    const matvec: params.Matvec = .{ .rows = 1, .hidden = 32, .vocab = 1, .type_id = @backingInt(formats.Type.q8_0), .row_bytes = 34, .chunks = 1 };
     try std.testing.expectError(error.BadParams, default.dispatch(try default.kernel("matvec_Q4_0_f32"), &matvec, &.{ buffer, buffer, buffer }, grid));
     try std.testing.expectError(error.BadBuffers, default.dispatch(softcap, &p, &.{ buffer, buffer }, grid));
     try std.testing.expectError(error.BadBuffers, default.dispatch(softcap, &p, &.{null}, grid));

@@ -95,7 +95,7 @@ fn makeWeights(allocator: std.mem.Allocator, random: std.Random, t: formats.Type
     const weights = try allocator.alignedAlloc(u8, .fromByteUnits(gpu_alignment), row_bytes * vocab);
     for (0..vocab) |j| {
         const row = weights[j * row_bytes ..][0..row_bytes];
-        if (formats.format(@intFromEnum(t)).?.block_values > 1) {
+        if (formats.format(@backingInt(t)).?.block_values > 1) {
             // Real-looking scales on even rows; any finite f16, subnormal ones included, on odd.
             formats.randomizeRow(t, random, row, if (j % 2 == 0) .sane else .wide);
             continue;
@@ -115,7 +115,7 @@ fn makeWeights(allocator: std.mem.Allocator, random: std.Random, t: formats.Type
 
 /// The hidden sizes a type is checked at: each with a partial last chunk where the type has one.
 pub fn hiddenSizes(t: formats.Type) []const u32 {
-    return switch (formats.format(@intFromEnum(t)).?.block_values) {
+    return switch (formats.format(@backingInt(t)).?.block_values) {
         // Rows of a multiple of 16 bytes (16-byte loads), then not, with a lane holding 6 of its 8 values.
         1 => &.{ 296, 302 },
         // A partial chunk of one block; then three whole chunks, so the staged build's ring of
@@ -216,7 +216,7 @@ pub fn runDevice(kind: u32, allocator: std.mem.Allocator, case: *const Case, x: 
     var session: u64 = 0;
     try ok(abi.lmh_session_begin(device, &session));
     try ok(abi.lmh_session_rms_norm(session, x_buf, norm_buf, y_buf, rows, case.hidden, case.eps));
-    try ok(abi.lmh_session_matvec(session, y_buf, w_buf, @intFromEnum(case.type), logits_buf, rows, case.hidden, vocab));
+    try ok(abi.lmh_session_matvec(session, y_buf, w_buf, @backingInt(case.type), logits_buf, rows, case.hidden, vocab));
     try ok(abi.lmh_session_finish(session));
     try download(y_buf, std.mem.sliceAsBytes(out.y));
     try download(logits_buf, std.mem.sliceAsBytes(out.logits));
@@ -227,7 +227,7 @@ pub fn runDevice(kind: u32, allocator: std.mem.Allocator, case: *const Case, x: 
     try download(logits_buf, std.mem.sliceAsBytes(out.capped));
     try download(counts_buf, std.mem.sliceAsBytes(out.counts));
     try ok(abi.lmh_session_begin(device, &session));
-    try ok(abi.lmh_session_matvec(session, x_buf, w_buf, @intFromEnum(case.type), logits_buf, rows, case.hidden, vocab));
+    try ok(abi.lmh_session_matvec(session, x_buf, w_buf, @backingInt(case.type), logits_buf, rows, case.hidden, vocab));
     try ok(abi.lmh_session_finish(session));
     try download(logits_buf, std.mem.sliceAsBytes(out.raw));
     return out;
@@ -248,13 +248,13 @@ fn runEmulator(comptime E: type, allocator: std.mem.Allocator, case: *const Case
         .rows = rows,
         .hidden = case.hidden,
         .vocab = vocab,
-        .type_id = @intFromEnum(case.type),
+        .type_id = @backingInt(case.type),
         .row_bytes = @intCast(formats.rowBytes(case.type, case.hidden).?),
         .chunks = @intCast(lanes.chunkCount(case.hidden)),
         .input_flushed = 1, // the norm's output, as a session records it
     };
     var name: [32]u8 = undefined;
-    const matvec_name = try std.fmt.bufPrint(&name, "matvec_{s}_f32", .{formats.format(@intFromEnum(case.type)).?.name});
+    const matvec_name = try std.fmt.bufPrint(&name, "matvec_{s}_f32", .{formats.format(@backingInt(case.type)).?.name});
     try E.dispatch(try E.kernel(matvec_name), &matvec, &.{ ptr(out.y), ptr(case.weights), ptr(out.logits) }, grid);
     var raw = matvec;
     raw.input_flushed = 0;

@@ -83,8 +83,8 @@ pub const Format = struct {
 /// layout must match), offsets from the block layout.
 fn entry(comptime t: Type, comptime tied_head: bool) Format {
     const B = Block(t);
-    const ggml = ggml_types.table[@intFromEnum(t)];
-    if (ggml.id != @intFromEnum(t) or ggml.block_bytes != @sizeOf(B)) @compileError("block layout of " ++ ggml.name ++ " disagrees with ggml_types.zig");
+    const ggml = ggml_types.table[@backingInt(t)];
+    if (ggml.id != @backingInt(t) or ggml.block_bytes != @sizeOf(B)) @compileError("block layout of " ++ ggml.name ++ " disagrees with ggml_types.zig");
     return .{
         .type = t,
         .name = ggml.name,

@@ -327,7 +327,7 @@ fn dispatch(command: Command) void {
             for (0..p.rows) |r| lanes.toLaneMajor(input[r * p.hidden ..][0..p.hidden], inputs[r * row_values ..][0..row_values]);
             flush.flushSlice(inputs, flush.dot_operand_min);
             const index = for (formats.all, 0..) |f, i| {
-                if (@intFromEnum(f.type) == p.type_id) break i;
+                if (@backingInt(f.type) == p.type_id) break i;
             } else unreachable; // admitted at encode
             var job: kernels.MatvecJob = .{ .inputs = inputs.ptr, .weight = c.weight.hostBytes().?.ptr, .output = f32s(c.output).ptr, .scratch = engine.scratch(), .p = p };
             engine.pool.runWork(&job, k.matvec[index]);

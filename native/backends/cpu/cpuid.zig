@@ -40,7 +40,7 @@ pub fn features() std.Target.Cpu.Feature.Set {
     var set: std.Target.Cpu.Feature.Set = .empty;
     const add = struct {
         fn f(s: *std.Target.Cpu.Feature.Set, on: bool, feature: Feature) void {
-            if (on) s.addFeature(@intFromEnum(feature));
+            if (on) s.addFeature(@backingInt(feature));
         }
     }.f;
     const max_leaf = cpuid(0, 0).eax;

@@ -195,7 +195,7 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
     // Codes 16k.. of the chunk: lanes 0-15 or 16-31 of step k / 2.
     inline for (0..16) |k| {
         const codes: @Vector(16, E) = if (codes_through_l1)
-            @as(*volatile const @Vector(16, E), @ptrCast(@alignCast(bytes + 16 * k))).*
+            @as(*const volatile @Vector(16, E), @ptrCast(@alignCast(bytes + 16 * k))).*
         else
             @bitCast(part(u8, 16, lm[k / 4], k % 4));
         const q: V16f = @floatFromInt(codes);

@@ -52,7 +52,7 @@ pub const Tuning = struct {
 
     pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
         var shape = tuning.shape;
-        for (tuning.shape_of) |o| if (@intFromEnum(o[0]) == type_id) {
+        for (tuning.shape_of) |o| if (@backingInt(o[0]) == type_id) {
             shape = o[1];
         };
         return .{
@@ -70,7 +70,7 @@ pub const Tuning = struct {
     pub fn typesWith(tuning: Tuning, shape: Shape) u32 {
         var types: u32 = 0;
         for (formats.all) |f| {
-            const id = @intFromEnum(f.type);
+            const id = @backingInt(f.type);
             if (f.head and std.meta.eql(tuning.shapeOf(id), shape)) types |= @as(u32, 1) << @intCast(id);
         }
         return types;
@@ -98,7 +98,7 @@ fn validShape(shape: Shape) bool {
 }
 
 comptime {
-    for (formats.all) |f| std.debug.assert(@intFromEnum(f.type) < 32); // typesWith's bits
+    for (formats.all) |f| std.debug.assert(@backingInt(f.type) < 32); // typesWith's bits
     std.debug.assert(std.math.isPowerOfTwo(warps_per_block)); // prelude.cuh's bulk ring splits a block's shared memory by a shift
     for (tunings) |t| {
         std.debug.assert(validShape(t.shape));
@@ -186,7 +186,7 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
         if (bulk != null and bulk.? > 0 and stages == null) t.forced.stages = 0;
         if (stages != null and stages.? > 0 and bulk == null) t.forced.bulk = 0;
         for (formats.all) |f| {
-            const shape = t.shapeOf(@intFromEnum(f.type));
+            const shape = t.shapeOf(@backingInt(f.type));
             if (!validShape(shape)) return fail(error.InvalidArgument, "{s}: {d} vocab rows per warp in a ring of {d} stages exceed a block's 48 KiB of shared memory (LMHEAD_CUDA_VOCAB_ROWS, LMHEAD_CUDA_STAGES)", .{ f.name, shape.vocab_rows, shape.stages });
         }
     }
@@ -241,7 +241,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
 pub fn shapesOf(tuning: Tuning, out: *[formats.all.len]Shape) []const Shape {
     var count: usize = 0;
     for (formats.all) |f| if (f.head) {
-        const shape = tuning.shapeOf(@intFromEnum(f.type));
+        const shape = tuning.shapeOf(@backingInt(f.type));
         for (out[0..count]) |s| {
             if (std.meta.eql(s, shape)) break;
         } else {
@@ -475,7 +475,7 @@ pub const Backend = struct {
         const types = tuning.typesWith(shape);
         var found: [formats.all.len][2]driver.Function = @splat(@splat(null));
         inline for (formats.all, 0..) |f, t| {
-            if ((types >> @intFromEnum(f.type)) & 1 != 0) {
+            if ((types >> @backingInt(f.type)) & 1 != 0) {
                 const raw = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
                 found[t] = .{ raw, if (hasNormedEntry(pass)) try backend.function(m, "matvec_" ++ f.name ++ "_normed_f32") else raw };
                 // A bulk ring is dynamic shared memory, past the 48 KiB a kernel gets unasked.
@@ -483,7 +483,7 @@ pub const Backend = struct {
             }
         }
         // Kept only once every entry point is found: a module unloaded on failure stays out.
-        for (formats.all, 0..) |f, t| if ((types >> @intCast(@intFromEnum(f.type))) & 1 != 0) {
+        for (formats.all, 0..) |f, t| if ((types >> @intCast(@backingInt(f.type))) & 1 != 0) {
             backend.kernels.matvec[pass][t] = found[t];
             backend.modules[pass][t] = m;
         };
@@ -771,7 +771,7 @@ pub const Backend = struct {
 };
 
 fn formatIndex(type_id: u32) usize {
-    for (formats.all, 0..) |f, i| if (@intFromEnum(f.type) == type_id) return i;
+    for (formats.all, 0..) |f, i| if (@backingInt(f.type) == type_id) return i;
     unreachable; // the session admitted the type
 }
 
@@ -781,7 +781,7 @@ fn formatIndex(type_id: u32) usize {
 /// they exceed `max_bytes` (the kernel then reads the weights where they are).
 fn bulkRingBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
     const dense = for ([_]formats.Type{ .f32, .f16, .bf16 }) |t| {
-        if (p.type_id == @intFromEnum(t)) break true;
+        if (p.type_id == @backingInt(t)) break true;
     } else false;
     if (shape.bulk == 0 or dense) return 0;
     const bytes = warps_per_block * (bulk_barrier_bytes + shape.bulk * bulkStageBytes(shape.vocab_rows, p.row_bytes));
@@ -810,7 +810,7 @@ test "each pass size's modules hold every head type once, in the module of the t
     for (tunings) |tuning| {
         var held: u32 = 0;
         for (formats.all) |f| {
-            const id = @intFromEnum(f.type);
+            const id = @backingInt(f.type);
             const types = tuning.typesWith(tuning.shapeOf(id));
             try std.testing.expect(types & (@as(u32, 1) << @intCast(id)) != 0);
             // Another type's module is this one's or holds none of its types.
@@ -828,14 +828,14 @@ test "a type takes its own shape where the tuning names it, else the pass size's
         for (tuning.shape_of) |o| if (o[0] == f.type) {
             want = o[1];
         };
-        try std.testing.expectEqual(want, tuning.shapeOf(@intFromEnum(f.type)));
+        try std.testing.expectEqual(want, tuning.shapeOf(@backingInt(f.type)));
     };
     for (formats.all) |f| {
-        const shape = forced.shapeOf(@intFromEnum(f.type));
+        const shape = forced.shapeOf(@backingInt(f.type));
         try std.testing.expectEqual(@as(u32, 3), shape.min_blocks);
         try std.testing.expect(shape.prefetch);
         try std.testing.expectEqual(@as(u32, 2), shape.stages);
-        try std.testing.expectEqual(tunings[1].shapeOf(@intFromEnum(f.type)).vocab_rows, shape.vocab_rows);
+        try std.testing.expectEqual(tunings[1].shapeOf(@backingInt(f.type)).vocab_rows, shape.vocab_rows);
     }
 }
 
@@ -858,7 +858,7 @@ test "LMHEAD_CUDA_STAGES sets every type's ring; 1 stage, or rings over 48 KiB a
     defer _ = unsetenv("LMHEAD_CUDA_VOCAB_ROWS");
     _ = setenv("LMHEAD_CUDA_STAGES", "3", 1);
     for (try tuningsFromEnv()) |tuning| for (formats.all) |f| {
-        try std.testing.expectEqual(@as(u32, 3), tuning.shapeOf(@intFromEnum(f.type)).stages);
+        try std.testing.expectEqual(@as(u32, 3), tuning.shapeOf(@backingInt(f.type)).stages);
     };
     _ = setenv("LMHEAD_CUDA_STAGES", "1", 1);
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
@@ -875,13 +875,13 @@ test "LMHEAD_CUDA_BULK sets every type's bulk ring in place of a ring of chunks;
     defer _ = unsetenv("LMHEAD_CUDA_BULK");
     _ = setenv("LMHEAD_CUDA_BULK", "3", 1);
     for (try tuningsFromEnv()) |tuning| for (formats.all) |f| {
-        const shape = tuning.shapeOf(@intFromEnum(f.type));
+        const shape = tuning.shapeOf(@backingInt(f.type));
         try std.testing.expectEqual(@as(u32, 3), shape.bulk);
         try std.testing.expectEqual(@as(u32, 0), shape.stages);
     };
     _ = setenv("LMHEAD_CUDA_BULK", "0", 1);
     for (try tuningsFromEnv()) |tuning| for (formats.all) |f| {
-        try std.testing.expectEqual(@as(u32, 0), tuning.shapeOf(@intFromEnum(f.type)).bulk);
+        try std.testing.expectEqual(@as(u32, 0), tuning.shapeOf(@backingInt(f.type)).bulk);
     };
     _ = setenv("LMHEAD_CUDA_BULK", "1", 1);
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
@@ -898,9 +898,9 @@ test "LMHEAD_CUDA_CHUNKS_PER_STEP sets every type's step and keeps the rest of i
     defer _ = unsetenv("LMHEAD_CUDA_CHUNKS_PER_STEP");
     _ = setenv("LMHEAD_CUDA_CHUNKS_PER_STEP", "2", 1);
     for (try tuningsFromEnv(), tunings) |forced, tuning| for (formats.all) |f| {
-        var want = tuning.shapeOf(@intFromEnum(f.type));
+        var want = tuning.shapeOf(@backingInt(f.type));
         want.chunks_per_step = 2;
-        try std.testing.expectEqual(want, forced.shapeOf(@intFromEnum(f.type)));
+        try std.testing.expectEqual(want, forced.shapeOf(@backingInt(f.type)));
     };
     _ = setenv("LMHEAD_CUDA_CHUNKS_PER_STEP", "3", 1);
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
@@ -912,17 +912,17 @@ test "LMHEAD_CUDA_CHUNKS_PER_STEP sets every type's step and keeps the rest of i
 test "a bulk ring takes a block's shared memory for quantized types only, and only where its stages fit" {
     const shape: Shape = .{ .vocab_rows = 4, .bulk = 2 };
     // Q6_K at hidden 2816: 11 blocks of 210 bytes a row; a stage holds 4 rows and the pieces around them.
-    const q6_k: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 1000, .type_id = @intFromEnum(formats.Type.q6_k), .row_bytes = 2310, .chunks = 11 };
+    const q6_k: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 1000, .type_id = @backingInt(formats.Type.q6_k), .row_bytes = 2310, .chunks = 11 };
     const stage_bytes = (4 * 2310 + 30) / 16 * 16;
     try std.testing.expectEqual(@as(u32, warps_per_block * (bulk_barrier_bytes + 2 * stage_bytes)), bulkRingBytes(shape, q6_k, 227 << 10));
     try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(shape, q6_k, warps_per_block * (bulk_barrier_bytes + 2 * stage_bytes) - 1));
     try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(.{ .vocab_rows = 4 }, q6_k, 227 << 10));
     var dense = q6_k;
-    dense.type_id = @intFromEnum(formats.Type.f16);
+    dense.type_id = @backingInt(formats.Type.f16);
     dense.row_bytes = 2 * 2816;
     try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(shape, dense, 227 << 10));
     // A row past what a block holds (Q8_0 at hidden 2^20) reads the weights where they are.
-    const huge: params.Matvec = .{ .rows = 1, .hidden = 1 << 20, .vocab = 8, .type_id = @intFromEnum(formats.Type.q8_0), .row_bytes = 34 << 15, .chunks = 1 << 12 };
+    const huge: params.Matvec = .{ .rows = 1, .hidden = 1 << 20, .vocab = 8, .type_id = @backingInt(formats.Type.q8_0), .row_bytes = 34 << 15, .chunks = 1 << 12 };
     try std.testing.expectEqual(@as(u32, 0), bulkRingBytes(shape, huge, 227 << 10));
 }
 
@@ -944,7 +944,7 @@ test "a pass size's shapes are its modules: each once, together holding every he
             try std.testing.expect(types != 0 and held & types == 0);
             held |= types;
         }
-        for (formats.all) |f| if (f.head) try std.testing.expect((held >> @intCast(@intFromEnum(f.type))) & 1 != 0);
+        for (formats.all) |f| if (f.head) try std.testing.expect((held >> @intCast(@backingInt(f.type))) & 1 != 0);
     }
 }
 

@@ -32,7 +32,7 @@ const Commands = struct {
 
 fn isLoad(cmd: u32) bool {
     const loads = [_]macho.LC{ .LOAD_DYLIB, .LOAD_WEAK_DYLIB, .REEXPORT_DYLIB, .LAZY_LOAD_DYLIB, .LOAD_UPWARD_DYLIB };
-    for (loads) |l| if (cmd == @intFromEnum(l)) return true;
+    for (loads) |l| if (cmd == @backingInt(l)) return true;
     return false;
 }
 
@@ -59,7 +59,7 @@ test "the aarch64-macos dylib is an arm64 dylib that loads libSystem only" {
 fn exports(name: []const u8) bool {
     var it: Commands = .{};
     while (it.next()) |c| {
-        if (c.cmd != @intFromEnum(macho.LC.SYMTAB)) continue;
+        if (c.cmd != @backingInt(macho.LC.SYMTAB)) continue;
         const symbols = int(u32, c.offset + @offsetOf(macho.symtab_command, "symoff"));
         const count = int(u32, c.offset + @offsetOf(macho.symtab_command, "nsyms"));
         const strings = int(u32, c.offset + @offsetOf(macho.symtab_command, "stroff"));

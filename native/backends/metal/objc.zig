@@ -138,7 +138,7 @@ pub const Runtime = struct {
     }
 
     pub fn selector(runtime: *const Runtime, comptime message: Message) Sel {
-        return runtime.selectors[@intFromEnum(message)];
+        return runtime.selectors[@backingInt(message)];
     }
 
     /// Sends `message` to `target` with `args`, through the message's exact prototype.
@@ -175,7 +175,7 @@ pub const Runtime = struct {
 };
 
 fn ReturnOf(comptime message: Message) type {
-    const Pointer = @typeInfo(Messages).@"struct".field_types[@intFromEnum(message)];
+    const Pointer = @typeInfo(Messages).@"struct".field_types[@backingInt(message)];
     return @typeInfo(@typeInfo(Pointer).pointer.child).@"fn".return_type.?;
 }
 
@@ -251,7 +251,7 @@ test "selector names: one colon per argument" {
     try std.testing.expectEqualStrings("newBufferWithBytesNoCopy:length:options:deallocator:", selectorName(.newBufferWithBytesNoCopy_length_options_deallocator_));
     try std.testing.expectEqualStrings("commit", selectorName(.commit));
     inline for (comptime std.enums.values(Message)) |m| {
-        const Pointer = @typeInfo(Messages).@"struct".field_types[@intFromEnum(m)];
+        const Pointer = @typeInfo(Messages).@"struct".field_types[@backingInt(m)];
         const params = @typeInfo(@typeInfo(Pointer).pointer.child).@"fn".param_types;
         try std.testing.expectEqual(params.len - 2, std.mem.count(u8, selectorName(m), ":"));
     }
@@ -282,7 +282,7 @@ fn cType(comptime T: type, comptime parameter: bool) []const u8 {
 /// The fixture line of a message: "message<TAB>class<TAB>selector<TAB>return<TAB>arguments".
 fn fixtureLine(comptime message: Message) []const u8 {
     return comptime blk: {
-        const Pointer = @typeInfo(Messages).@"struct".field_types[@intFromEnum(message)];
+        const Pointer = @typeInfo(Messages).@"struct".field_types[@backingInt(message)];
         const function = @typeInfo(@typeInfo(Pointer).pointer.child).@"fn";
         var arguments: []const u8 = "";
         for (function.param_types[2..], 0..) |P, i| arguments = arguments ++ (if (i > 0) "," else "") ++ cType(P.?, true);

@@ -125,7 +125,7 @@ fn runHead(kind: u32, head: Head, inputs: Inputs, out: []u8) !void {
     var session: u64 = 0;
     try ok(abi.lmh_session_begin(device, &session));
     try ok(abi.lmh_session_rms_norm(session, input, norm, normed, head.rows, head.hidden, 1e-6));
-    try ok(abi.lmh_session_matvec(session, normed, w, @intFromEnum(head.type), logits_view, head.rows, head.hidden, head.vocab));
+    try ok(abi.lmh_session_matvec(session, normed, w, @backingInt(head.type), logits_view, head.rows, head.hidden, head.vocab));
     try ok(abi.lmh_session_softcap(session, logits_view, @as(u64, head.rows) * head.vocab, head.cap));
     try ok(abi.lmh_session_count_non_finite(session, logits_view, counts, head.rows, head.vocab));
     var device_ns: u64 = 0;
@@ -227,7 +227,7 @@ fn expectOpenFails(config: fake.Config, want: Status, text: []const u8) !void {
     install(config);
     defer fake.reset();
     var device: u64 = 0;
-    try std.testing.expectEqual(@intFromEnum(want), abi.lmh_device_open(metal_kind, &device));
+    try std.testing.expectEqual(@backingInt(want), abi.lmh_device_open(metal_kind, &device));
     if (std.mem.indexOf(u8, lastError(), text) == null) {
         std.debug.print("message \"{s}\" lacks \"{s}\"\n", .{ lastError(), text });
         return error.TestUnexpectedResult;
@@ -248,7 +248,7 @@ test "metal on the fake runtime: a device that cannot run the kernels is refused
 
 test "metal without the fake on Linux: unsupported, with the reason" {
     var device: u64 = 0;
-    try std.testing.expectEqual(@intFromEnum(Status.unsupported), abi.lmh_device_open(metal_kind, &device));
+    try std.testing.expectEqual(@backingInt(Status.unsupported), abi.lmh_device_open(metal_kind, &device));
     try std.testing.expect(std.mem.indexOf(u8, lastError(), "Metal needs macOS") != null);
 }
 
