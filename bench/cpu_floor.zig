@@ -3,6 +3,9 @@
 //!
 //!     zig run -OReleaseFast -mcpu=native -lc bench/cpu_floor.zig
 //!
+//! (with AVX-512, `-mcpu=native-prefer_256_bit`: the width build.zig gives the AVX-512
+//! kernels; LLVM's tuning for many Intel CPUs would halve it).
+//!
 //! NUMERICS.md makes every weight an exact f32 (code · scale) before its fma, so any
 //! kernel that keeps the contract converts, scales and adds each weight on its own. The
 //! loops below do only that, one thread, in natural order with no permutes (the canonical
@@ -10,8 +13,14 @@
 //! - `arithmetic`: convert + multiply + fma of codes already widened, from L1;
 //! - `q8_0 (L2)` and `q8_0 (memory)`: the same from Q8_0 blocks (34 bytes: an f16 scale, 32
 //!   codes), widening loads included, over 32 KiB rows that stay in L2 or 64 MiB that do not.
+//! - `sweep`: the fmas of a larger batch alone, laid out as the kernels' tiles
+//!   (native/backends/cpu/kernels.zig): a block of 2 chunks of 6 vocab rows' decoded values
+//!   in L1, swept by 3 vocab rows × 4 batch rows of 32-lane accumulators held in registers
+//!   over the block, for N = 8 and 32 batch rows of inputs read from L2 as the kernel reads
+//!   them, or, for comparison, the same 4 rows (from L1) for every group.
 //! The ns per weight they print bound from below what `./lmhead bench` can reach per weight
-//! and thread at N = 1; the fma rate is what the matvec's fmas share.
+//! and thread at N = 1; the fma rate is what the matvec's fmas share, and the sweep's share of
+//! it bounds what a tile reaches at larger N before any decoding.
 const std = @import("std");
 
 const width = std.simd.suggestVectorLength(f32) orelse 8;
@@ -70,10 +79,62 @@ fn arithmeticRows(rows: usize, codes: []const i32, x: []const f32, out: []f32) v
     }
 }
 
-/// Best of 5 timings of `weights` weights' work, in ns per weight.
+const lanes = 32;
+const tile_rows = 6;
+const tile_block_values = 512;
+const group_rows = 4;
+const sweep_rows = 3;
+/// Parts of each 32-lane accumulator held at once, as kernels.zig's sweep_parts.
+const held_parts = if (width >= 16) lanes / width else 1;
+
+/// Tiles of 6 vocab rows against `rows` batch rows of `inputs` (rows × hidden, in lane-major
+/// order as the kernel's), a block of decoded values at a time; the decoded block is the
+/// same for every block and tile, so nothing but the sweeps' loads and fmas is timed.
+fn sweepTiles(tiles: usize, rows: usize, inputs_l1: bool, decoded: []const f32, inputs: []const f32, accs: []f32) void {
+    for (0..tiles) |_| {
+        var begin: usize = 0;
+        while (begin < hidden) : (begin += tile_block_values) {
+            const end = @min(begin + tile_block_values, hidden);
+            var first_row: usize = 0;
+            while (first_row < rows) : (first_row += group_rows) {
+                inline for (0..tile_rows / sweep_rows) |s| {
+                    const input_row = if (inputs_l1) 0 else first_row;
+                    sweep(decoded[s * sweep_rows * tile_block_values ..], inputs[input_row * hidden ..], accs[(s * sweep_rows * rows + first_row) * lanes ..], rows, begin, end);
+                }
+            }
+        }
+    }
+}
+
+/// 3 vocab rows × 4 batch rows over values [begin, end), held_parts of each accumulator a pass.
+inline fn sweep(decoded: []const f32, inputs: []const f32, accs: []f32, rows: usize, begin: usize, end: usize) void {
+    @setEvalBranchQuota(10_000); // 8 passes of 4-lane vectors unroll past the default
+    inline for (0..lanes / width / held_parts) |pass| {
+        var acc: [sweep_rows][group_rows][held_parts]V = undefined;
+        inline for (0..sweep_rows) |t| inline for (0..group_rows) |g| inline for (0..held_parts) |p| {
+            acc[t][g][p] = accs[(t * rows + g) * lanes + (pass * held_parts + p) * width ..][0..width].*;
+        };
+        var at = begin;
+        while (at < end) : (at += lanes) {
+            inline for (0..group_rows) |g| inline for (0..held_parts) |p| {
+                const lane = (pass * held_parts + p) * width;
+                const y: V = inputs[g * hidden + at + lane ..][0..width].*;
+                inline for (0..sweep_rows) |t| {
+                    const w: V = decoded[t * tile_block_values + (at - begin) + lane ..][0..width].*;
+                    acc[t][g][p] = @mulAdd(V, w, y, acc[t][g][p]);
+                }
+            };
+        }
+        inline for (0..sweep_rows) |t| inline for (0..group_rows) |g| inline for (0..held_parts) |p| {
+            accs[(t * rows + g) * lanes + (pass * held_parts + p) * width ..][0..width].* = acc[t][g][p];
+        };
+    }
+}
+
+/// Best of 9 timings of `weights` weights' work, in ns per weight.
 fn best(comptime f: anytype, args: anytype, weights: usize) f64 {
     var min: u64 = std.math.maxInt(u64);
-    for (0..5) |_| {
+    for (0..9) |_| {
         const start = nowNs();
         @call(.never_inline, f, args);
         min = @min(min, nowNs() - start);
@@ -117,7 +178,7 @@ pub fn main() !void {
 
     var sink: f32 = 0;
     // Read through a volatile pointer, so the chains are not folded at compile time.
-    const rounds: usize = 10_000_000;
+    const rounds: usize = 2_000_000;
     const fma_ns = best(fmaChains, .{ &rounds, &sink }, rounds * 16 * width);
     const l2_repeats = memory_rows / l2_rows;
     std.debug.print("{d}-lane f32 vectors, one thread; Q8_0 rows of {d} values\n", .{ width, hidden });
@@ -125,5 +186,29 @@ pub fn main() !void {
     std.debug.print("arithmetic:      {d:.3} ns/weight\n", .{best(arithmeticRows, .{ memory_rows, codes, x, out }, memory_rows * hidden)});
     std.debug.print("q8_0 (L2):       {d:.3} ns/weight\n", .{best(repeat, .{ q8Rows, l2_repeats, .{ weights, l2_rows, x, out } }, l2_repeats * l2_rows * hidden)});
     std.debug.print("q8_0 (memory):   {d:.3} ns/weight ({d} MiB)\n", .{ best(q8Rows, .{ weights, memory_rows, x, out }, memory_rows * hidden), weights.len >> 20 });
-    std.debug.print("(checksum {d})\n", .{out[0] + sink});
+    const decoded = try allocator.alignedAlloc(f32, .@"64", tile_rows * tile_block_values);
+    defer allocator.free(decoded);
+    for (decoded, 0..) |*v, i| v.* = @floatFromInt(i % 5);
+    const batch_max = 32;
+    const inputs = try allocator.alignedAlloc(f32, .@"64", batch_max * hidden);
+    defer allocator.free(inputs);
+    for (inputs, 0..) |*v, i| v.* = @floatFromInt(i % 3);
+    const accs = try allocator.alignedAlloc(f32, .@"64", tile_rows * batch_max * lanes);
+    defer allocator.free(accs);
+    @memset(accs, 0);
+    for ([_]usize{ 8, batch_max }) |rows| {
+        for ([_]bool{ false, true }) |inputs_l1| {
+            const tiles = 32768 / rows;
+            const fmas = tiles * tile_rows * hidden * rows;
+            // The fma rate again beside each sweep: on a shared machine it moves between runs.
+            var sweep_ns: f64 = std.math.inf(f64);
+            var rate_ns: f64 = std.math.inf(f64);
+            for (0..3) |_| {
+                rate_ns = @min(rate_ns, best(fmaChains, .{ &rounds, &sink }, rounds * 16 * width));
+                sweep_ns = @min(sweep_ns, best(sweepTiles, .{ tiles, rows, inputs_l1, decoded, inputs, accs }, fmas));
+            }
+            std.debug.print("sweep N = {d: >2} ({s}): {d:.2} G fmas/s, {d:.0}% of the fma rate beside it\n", .{ rows, if (inputs_l1) "inputs in L1" else "inputs from L2", 1 / sweep_ns, 100 * rate_ns / sweep_ns });
+        }
+    }
+    std.debug.print("(checksum {d})\n", .{out[0] + sink + accs[0]});
 }
