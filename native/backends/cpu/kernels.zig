@@ -167,6 +167,9 @@ const SweepVector = @Vector(sweep_width, f32);
 /// 32768, A-B-A-B against 2 × 2 32-lane accumulators (and tiles of 8 rows), every head
 /// type: 13–32% less a call at N = 8, 23–36% at N = 32 (Q8_0 47 → 35 ms and 171 → 111 ms),
 /// N = 3 within 2% to 19% less.
+/// With 512-bit vectors, one part a pass over 6 tile rows × 4 batch rows (10 loads per 24
+/// fmas instead of 14) was slower on a 2-core Xeon (AVX-512), vocab 65536, A-B twice: N = 32
+/// 2–16% more a call for Q8_0, Q6_K and F16 (Q8_0 147 → 167 ms), N = 8 13% less to 24% more.
 const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width else 1;
 /// Whether a small batch adds each decoded value into its fmas as the decoder puts it
 /// (FmaSink), instead of storing the chunk and reading it back; quantized codes are then
