@@ -49,6 +49,15 @@ pub fn build(b: *std.Build) void {
     // With a ring of stages, as the backend compiles some modules (LMH_STAGES, kernels.h).
     test_step.dependOn(&checkSyntax(b, "cuda", &.{ "-std=c++17", "-DLMH_STAGES=2u", "-DLMH_CUDA_BLOCK_THREADS=128u" }).step);
     test_step.dependOn(&checkSyntax(b, "metal", &.{"-std=c++14"}).step);
+    // bench/cpu_floor.zig, a developer tool run by hand (`zig run`), analysed with the tests
+    // (nothing needs its binary, so none is emitted) so that it keeps building as Zig changes.
+    const cpu_floor = b.addExecutable(.{ .name = "cpu-floor", .root_module = b.createModule(.{
+        .root_source_file = b.path("bench/cpu_floor.zig"),
+        .target = target,
+        .optimize = .ReleaseFast,
+        .link_libc = true,
+    }) });
+    test_step.dependOn(&cpu_floor.step);
 
     // The GPU test and bench driver: a native program (the GPU machine has no Bun) built from
     // the library's source; `zig build gpu-check` installs zig-out/bin/lmhead-gpu-check.
