@@ -130,7 +130,7 @@ export class MlxDevice implements Disposable {
       gbs: out[0]! / 1e9,
       oneThreadGbs: this.kind === "cpu" ? out[1]! / 1e9 : null,
       threads: this.threads,
-      method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with wide vector loads ${this.kind === "cpu" ? `on the device's ${this.threads} threads` : "by a kernel over the whole GPU"}, median of ${passes}`,
+      method: `native probe: ${Math.round(bytes / 2 ** 20)} MiB read with wide vector loads ${this.kind === "cpu" ? `on the device's ${this.threads} threads, several interleaved streams each` : "by a kernel over the whole GPU"}, median of ${passes}`,
     };
   }
 
