@@ -229,8 +229,8 @@ fn u32s(buffer: *contract.Buffer) []u32 {
 
 /// Streams each worker of the bandwidth probe reads at once, interleaved a few vectors at a
 /// time: the floor is the machine's, not one access pattern's. Measured on a 2-core Xeon
-/// (AVX-512; 2026-12-03, shared, interleaved runs): one sequential stream a thread read 14-17
-/// GB/s where 4 read 16-22 and 8 18-22, and ggml's AMX kernels read Q4_0 at about 23.
+/// (AVX-512; 2026-12-03, shared): in 20 interleaved pairs 4 streams a thread read a median
+/// 1.36 times as much as one (8-17 GB/s against 11-22), and 8 no more than 4.
 const probe_streams = 4;
 
 /// The median of `passes` reads of `bytes` of memory (a median, since on a shared machine
