@@ -123,11 +123,13 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// so it keeps two. At N = 2 (two rows: 16 accumulator registers) one row too: vocab 32768
 /// and 65536, six A-B sittings, Q5_0 about 11% less a call, Q6_K 10%, Q2_K 7%, Q8_0, Q4_0,
 /// IQ4_NL and IQ4_XS 5–6%, Q3_K and Q5_1 3%, Q4_K and Q5_K the same (means: the
-/// unchanged F16 read 0.91–1.22 of itself in single sittings).
+/// unchanged F16 read 0.91–1.22 of itself in single sittings). Since the pair's rows are
+/// half a task apart (two streams), F32 takes two at N = 1 too: 13–15% less a call, vocab
+/// 131072 and 262144 (A-B pairs, 5 and 3); Q4_0 and Q4_K were 8–10% slower with two still.
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
     if (elementwise_width < 16 and group <= 2) return if (t == .q5_k and group == 1) 2 else 1;
     if (group != 1) return 2;
-    return if (t == .f32 or t == .q4_0 or t == .q4_k) 1 else 2;
+    return if (t == .q4_0 or t == .q4_k) 1 else 2;
 }
 /// Larger batches take a tile of vocab rows 2 chunks at a time: the block is decoded into
 /// L1 (2 KiB a row) and swept there by every batch row, a group at a time, so only the
@@ -258,14 +260,14 @@ inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
     return flush.flush(V, t * flush.flush(V, w, flush.value_min), flush.dot_operand_min);
 }
 
-/// Each worker reads its vocab rows as one sequential stream (the access pattern memory
+/// Each worker reads a task of vocab rows as sequential streams (the access pattern memory
 /// prefetchers follow best) and decodes every chunk once, so the weights are read once
 /// per call whatever the batch size. A small batch takes each chunk from the decoder
-/// straight into its accumulators (two vocab rows side by side); a larger one takes a tile
-/// of 6 (or 8) vocab rows a block of 2 chunks at a time, decoded into L1 and swept there by
-/// threes (or pairs) of tile rows × groups of batch rows whose accumulators sit in
-/// registers. Each accumulator sees its values in the canonical order: the tiling only
-/// decides when, never in which order, a lane adds.
+/// straight into its accumulators (two vocab rows side by side, at N ≤ 2 one from each half
+/// of the task); a larger one takes a tile of 6 (or 8) vocab rows a block of 2 chunks at a time,
+/// decoded into L1 and swept there by threes (or pairs) of tile rows × groups of batch rows
+/// whose accumulators sit in registers. Each accumulator sees its values in the canonical
+/// order: the tiling only decides when, never in which order, a lane adds.
 fn MatvecKernel(comptime t: formats.Type) type {
     return struct {
         const Kernel = @This();
@@ -296,9 +298,18 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 switch (p.rows) {
                     inline 1...fusedRowsMax(t) => |group| {
                         const pair = comptime fusedPair(t, group);
-                        var j: usize = task_first;
-                        while (j + pair <= task_end) : (j += pair) kernel.fusedRows(pair, group, j);
-                        if (j < task_end) kernel.fusedRows(1, group, j);
+                        const pairs = (task_end - task_first) / pair;
+                        // Up to 2 batch rows a pair is a row from each half of the task: two
+                        // streams a worker, not one of adjacent rows. A-B pairs on a 2-core
+                        // Xeon, vocab 65536 to 262144 (geometric means of 10 to 19 pairs):
+                        // F32 22% less a call at N = 2, F16 5-6% and Q8_0 6% at N = 1 and 2,
+                        // BF16 and Q6_K within 3% either way (2 to 7 pairs: other types
+                        // within the runs' noise, 8% between runs of unchanged code). At N = 3
+                        // Q4_K was 8-10% slower (vocab 131072, twice): from 3 rows a pair is
+                        // adjacent rows.
+                        const step: usize, const stride: usize = if (group <= 2) .{ 1, pairs } else .{ pair, 1 };
+                        for (0..pairs) |k| kernel.fusedRows(pair, group, task_first + k * step, stride);
+                        for (task_first + pair * pairs..task_end) |j| kernel.fusedRows(1, group, j, 0);
                     },
                     else => {
                         // Each tile requests the next one's bytes; the first is requested here.
@@ -340,15 +351,15 @@ fn MatvecKernel(comptime t: formats.Type) type {
             return if (t == .f32 or t == .bf16) flush.flush(V, w, flush.dot_operand_min) else w;
         }
 
-        /// Vocab rows [j, j + pair) against all `group` batch rows, each chunk used as it is
-        /// decoded. Two rows at a time give the fmas of each lane, a chain in the contract's
-        /// order, a second chain to overlap with.
-        fn fusedRows(job: *const Kernel, comptime pair: usize, comptime group: usize, j: usize) void {
+        /// Vocab rows j + v·stride (v < pair) against all `group` batch rows, each chunk used
+        /// as it is decoded. Two rows at a time give the fmas of each lane, a chain in the
+        /// contract's order, a second chain to overlap with.
+        fn fusedRows(job: *const Kernel, comptime pair: usize, comptime group: usize, j: usize, stride: usize) void {
             var acc: [pair][group]Lanes = @splat(@splat(@splat(0)));
             for (0..job.p.chunks) |c| {
                 if (decode_into_fmas) {
                     inline for (0..pair) |v| {
-                        const row = job.weightRow(j + v);
+                        const row = job.weightRow(j + v * stride);
                         prefetchAhead(row, c, prefetch_bytes);
                         const sink: FmaSink(group) = .{ .acc = &acc[v], .inputs = job.inputs[c * lanes.chunk_values ..], .row_values = job.row_values };
                         decode.chunkInto(t, row, c, job.p.hidden, sink);
@@ -357,7 +368,7 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 }
                 var w: [pair][lanes.chunk_values]f32 align(64) = undefined;
                 inline for (0..pair) |v| {
-                    const row = job.weightRow(j + v);
+                    const row = job.weightRow(j + v * stride);
                     prefetchAhead(row, c, prefetch_bytes);
                     decodeChunk(row, c, job.p.hidden, &w[v]);
                 }
@@ -372,7 +383,7 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 }
             }
             inline for (0..pair) |v| inline for (0..group) |g| {
-                job.output[g * job.p.vocab + j + v] = lanes.reduce(acc[v][g]);
+                job.output[g * job.p.vocab + j + v * stride] = lanes.reduce(acc[v][g]);
             };
         }
 
