@@ -264,9 +264,9 @@ inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
 /// prefetchers follow best) and decodes every chunk once, so the weights are read once
 /// per call whatever the batch size. A small batch takes each chunk from the decoder
 /// straight into its accumulators (two vocab rows side by side, at N ≤ 2 one from each half
-/// of the task); a larger one takes a tile of 6 (or 8) vocab rows a block of 2 chunks at a time,
-/// decoded into L1 and swept there by threes (or pairs) of tile rows × groups of batch rows
-/// whose accumulators sit in registers. Each accumulator sees its values in the canonical
+/// of the task); a larger one takes a tile of 6 (or 8) vocab rows a block of 2 chunks at a
+/// time, decoded into L1 and swept there by threes (or pairs) of tile rows × groups of batch
+/// rows whose accumulators sit in registers. Each accumulator sees its values in the canonical
 /// order: the tiling only decides when, never in which order, a lane adds.
 fn MatvecKernel(comptime t: formats.Type) type {
     return struct {
@@ -303,8 +303,8 @@ fn MatvecKernel(comptime t: formats.Type) type {
                         // streams a worker, not one of adjacent rows. A-B pairs on a 2-core
                         // Xeon, vocab 65536 to 262144 (geometric means of 10 to 19 pairs):
                         // F32 22% less a call at N = 2, F16 5-6% and Q8_0 6% at N = 1 and 2,
-                        // BF16 and Q6_K within 3% either way (2 to 7 pairs: other types
-                        // within the runs' noise, 8% between runs of unchanged code). At N = 3
+                        // BF16 and Q6_K within 3% either way; the other types (2 to 7 pairs)
+                        // within the runs' noise, 8% between runs of unchanged code. At N = 3
                         // Q4_K was 8-10% slower (vocab 131072, twice): from 3 rows a pair is
                         // adjacent rows.
                         const step: usize, const stride: usize = if (group <= 2) .{ 1, pairs } else .{ pair, 1 };
