@@ -230,7 +230,7 @@ fn u32s(buffer: *contract.Buffer) []u32 {
 /// Streams each worker of the bandwidth probe reads at once, interleaved a few vectors at a
 /// time: the floor is the machine's, not one access pattern's. Measured on a 2-core Xeon
 /// (AVX-512; 2026-12-03, shared): in 20 interleaved pairs 4 streams a thread read a median
-/// 1.36 times as much as one (8-17 GB/s against 11-22), and 8 no more than 4.
+/// 1.36 times as much as one (11-22 GB/s against 8-17), and 8 no more than 4.
 const probe_streams = 4;
 
 /// The median of `passes` reads of `bytes` of memory (a median, since on a shared machine
@@ -246,6 +246,7 @@ fn probeBandwidth(bytes: usize, passes: u32, workers: u32) Error!f64 {
     for (memory, 0..) |*v, i| v.* = @splat(i); // real pages, not the shared zero page
     // Vectors each stream reads, in whole steps of 4.
     const stream_len = memory.len / workers / probe_streams / 4 * 4;
+    std.debug.assert(stream_len >= 4); // bytes ≥ 2^24 (lmh_device_read_bandwidth), workers ≤ max_workers
     const Job = struct {
         memory: []const Wide64,
         workers: u32,

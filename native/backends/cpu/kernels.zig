@@ -124,8 +124,9 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// and 65536, six A-B sittings, Q5_0 about 11% less a call, Q6_K 10%, Q2_K 7%, Q8_0, Q4_0,
 /// IQ4_NL and IQ4_XS 5–6%, Q3_K and Q5_1 3%, Q4_K and Q5_K the same (means: the
 /// unchanged F16 read 0.91–1.22 of itself in single sittings). Since the pair's rows are
-/// half a task apart (two streams), F32 takes two at N = 1 too: 13–15% less a call, vocab
-/// 131072 and 262144 (A-B pairs, 5 and 3); Q4_0 and Q4_K were 8–10% slower with two still.
+/// half a task apart (two streams), F32 takes two at N = 1 too: 13–19% less a call, vocab
+/// 131072 and 262144 (three sittings of 2 to 5 A-B pairs); Q4_0 and Q4_K were 8–10% slower
+/// with two still.
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
     if (elementwise_width < 16 and group <= 2) return if (t == .q5_k and group == 1) 2 else 1;
     if (group != 1) return 2;
@@ -266,8 +267,8 @@ inline fn scale(comptime V: type, x: V, w: V, inv: V) V {
 /// straight into its accumulators (two vocab rows side by side, at N ≤ 2 one from each half
 /// of the task); a larger one takes a tile of 6 (or 8) vocab rows a block of 2 chunks at a
 /// time, decoded into L1 and swept there by threes (or pairs) of tile rows × groups of batch
-/// rows whose accumulators sit in registers. Each accumulator sees its values in the canonical
-/// order: the tiling only decides when, never in which order, a lane adds.
+/// rows whose accumulators sit in registers. Each accumulator sees its values in the
+/// canonical order: the tiling only decides when, never in which order, a lane adds.
 fn MatvecKernel(comptime t: formats.Type) type {
     return struct {
         const Kernel = @This();
