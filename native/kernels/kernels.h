@@ -65,6 +65,21 @@ LMH_STATIC_ASSERT(LMH_STAGES >= 2u && LMH_STAGES <= 4u, "stages: 0, or 2 to 4");
 LMH_STATIC_ASSERT(LMH_BULK_STAGES >= 2u && LMH_BULK_STAGES <= 4u, "bulk stages: 0, or 2 to 4");
 LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both");
 #endif
+// Decoded rows (0: none, 1: used where they fit), for kernels of 8 rows per pass: a
+// threadgroup decodes a group of vocab rows once, into its threadgroup memory as f32, and its
+// simdgroups run the batch's passes from there, a pass each in turn, so no pass decodes a
+// weight again. Needs the prelude's threadgroup area: LMH_DECODED_AREA() and its bytes,
+// LMH_THREADGROUP_SHIFT (log2 of simdgroups per threadgroup), LMH_THREADGROUP_SYNC() and
+// lmh_store_words4 (CUDA; the emulator's decoded build, as threadgroups of one simdgroup).
+#ifndef LMH_DECODED
+#define LMH_DECODED 0u
+#endif
+#if LMH_DECODED > 0
+#ifndef LMH_DECODED_AREA
+#error "LMH_DECODED needs the prelude's threadgroup area"
+#endif
+LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_STAGES == 0u && LMH_BULK_STAGES == 0u, "decoded rows: 8 rows per pass, no ring");
+#endif
 
 // ggml type ids (numerics/formats.zig Type).
 #define LMH_TYPE_F32 0u
@@ -81,6 +96,9 @@ LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both")
 #define LMH_TYPE_IQ4_NL 20u
 #define LMH_TYPE_IQ4_XS 23u
 #define LMH_TYPE_BF16 30u
+// Not a ggml type: a vocab row decoded to f32 in threadgroup memory (LMH_DECODED), lane l's 8
+// values of a chunk as two words4, at 16·l and 512 + 16·l of the chunk's 1024 bytes.
+#define LMH_TYPE_DECODED 0xDEu
 
 // Every head type as X(name, type id), for the targets' matvec entry points.
 #define LMH_HEAD_TYPES(X)                                                                        \
@@ -702,6 +720,16 @@ LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh
     return w;
 }
 
+// A decoded row's 8 values of lane `lane` (LMH_TYPE_DECODED): two 16-byte loads.
+LMH_FN lmh_f8 lmh_decoded_values(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+    lmh_words4 a = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)(chunk + (lane << 4)));
+    lmh_words4 b = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)(chunk + 512u + (lane << 4)));
+    lmh_u32 u[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
+    lmh_f8 w;
+    for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_as_float(u[i]);
+    return w;
+}
+
 // Bytes of one chunk (256 values) of a row of `type`.
 LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
     switch (type) {
@@ -718,6 +746,7 @@ LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
     case LMH_TYPE_Q4_K: return sizeof(lmh_block_q4_k);
     case LMH_TYPE_Q5_K: return sizeof(lmh_block_q5_k);
     case LMH_TYPE_Q6_K: return sizeof(lmh_block_q6_k);
+    case LMH_TYPE_DECODED: return 1024u;
     default: return sizeof(lmh_block_iq4_xs);
     }
 }
@@ -746,6 +775,8 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
         return lmh_decode_q6_k(chunk, lane, s);
     case LMH_TYPE_IQ4_XS:
         return lmh_decode_iq4_xs(chunk, lane, s);
+    case LMH_TYPE_DECODED:
+        return lmh_decoded_values(chunk, lane);
     default:
         return lmh_decode_dense(chunk, lane, values, load, type);
     }
@@ -987,7 +1018,7 @@ LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_
 // LMH_CHUNKS_PER_STEP (1 or 2), then the odd one left.
 LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
 #if LMH_STAGES > 0
-    if (lmh_dense(type) == 0u) return lmh_matvec_staged_chunks(p, type, x, vocab, row0, rows_per_pass, load, lane, acc);
+    if (lmh_dense(type) == 0u && type != LMH_TYPE_DECODED) return lmh_matvec_staged_chunks(p, type, x, vocab, row0, rows_per_pass, load, lane, acc);
 #endif
     lmh_u32 chunks = p.hidden >> 8;
     lmh_u32 group = lmh_table_chunks(type);
@@ -1070,20 +1101,24 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LM
 }
 
 // The passes of one group of vocab rows, [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes
-// start at `rows`: LMH_ROWS_PER_PASS activation rows at a time, the rest in passes of halving
-// size, so no pass computes a row that is not there.
-LMH_FN void lmh_matvec_group(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 lane) {
-    lmh_u32 row0 = 0u;
-    for (; p.rows - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, lane);
-    if (LMH_ROWS_PER_PASS > 4u && p.rows - row0 >= 4u) {
+// start at `rows`, over activation rows [row0, end): LMH_ROWS_PER_PASS at a time, the rest in
+// passes of halving size, so no pass computes a row that is not there.
+LMH_FN void lmh_matvec_rows(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 end, lmh_u32 lane) {
+    for (; end - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, lane);
+    if (LMH_ROWS_PER_PASS > 4u && end - row0 >= 4u) {
         lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, lane);
         row0 += 4u;
     }
-    if (LMH_ROWS_PER_PASS > 2u && p.rows - row0 >= 2u) {
+    if (LMH_ROWS_PER_PASS > 2u && end - row0 >= 2u) {
         lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, lane);
         row0 += 2u;
     }
-    if (LMH_ROWS_PER_PASS > 1u && p.rows - row0 >= 1u) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, lane);
+    if (LMH_ROWS_PER_PASS > 1u && end - row0 >= 1u) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, lane);
+}
+
+// Every row of the batch, for one group of vocab rows.
+LMH_FN void lmh_matvec_group(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 lane) {
+    lmh_matvec_rows(p, type, input, x, rows, out, first, 0u, p.rows, lane);
 }
 
 #if LMH_BULK_STAGES > 0
@@ -1129,6 +1164,67 @@ LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LM
 }
 #endif
 
+#if LMH_DECODED > 0
+// Bytes of a threadgroup's decoded rows: a group of vocab rows of `hidden` f32 values.
+LMH_FN lmh_u64 lmh_decoded_bytes(lmh_u32 hidden) {
+    return (lmh_u64)LMH_VOCAB_ROWS_PER_SIMDGROUP * hidden * 4u;
+}
+
+// Whether a matvec runs from decoded rows: whole chunks only (a partial one is read with a
+// bounds test that a decoded row would have to repeat), a full pass for every simdgroup of
+// the threadgroup (fewer rows leave simdgroups idle while one decodes for nothing), and an
+// area that holds the group (the host gives one only where it does; 0 bytes otherwise).
+LMH_FN lmh_u32 lmh_runs_decoded(lmh_matvec_params p) {
+    return (p.hidden & 255u) == 0u && p.rows >= (8u << LMH_THREADGROUP_SHIFT) && lmh_decoded_bytes(p.hidden) <= LMH_DECODED_AREA_BYTES();
+}
+
+// Vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) that exist, decoded into `area` (row m at
+// m·hidden·4, in lmh_decoded_values's layout), simdgroup `local` of the threadgroup's
+// `simdgroups` decoding rows local, local + simdgroups, ...: each value exactly as a pass
+// decodes it (lmh_matvec_chunk: its own scale, its chunk's skew; dense rows by 16-byte loads,
+// as a pass reads them: rows of whole chunks are a multiple of 16 bytes).
+LMH_FN void lmh_decode_rows(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u8 *w, lmh_u64 first, lmh_u8 *area, lmh_u32 local, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_u32 chunks = p.hidden >> 8;
+    for (lmh_u32 m = local; m < LMH_VOCAB_ROWS_PER_SIMDGROUP && first + m < p.vocab; m += simdgroups) {
+        LMH_GLOBAL const lmh_u8 *row = w + (first + m) * p.row_bytes;
+        lmh_u32 skew = (lmh_u32)((first + m) * p.row_bytes) & 3u;
+        lmh_u8 *to = area + (lmh_u64)m * (p.hidden << 2) + (lane << 4);
+        for (lmh_u32 c = 0u; c < chunks; c++) {
+            LMH_GLOBAL const lmh_u8 *chunk = row + c * lmh_chunk_bytes(type);
+            lmh_scale_min s = lmh_lane_scale(type, chunk, lane);
+            lmh_u32 chunk_skew = (skew + c * lmh_chunk_bytes(type)) & 3u;
+            lmh_f8 v = lmh_decode(type, chunk, lane, chunk_skew, 256u, LMH_LOAD_WIDE, s);
+            lmh_words4 lo = { lmh_as_uint(v.v[0]), lmh_as_uint(v.v[1]), lmh_as_uint(v.v[2]), lmh_as_uint(v.v[3]) };
+            lmh_words4 hi = { lmh_as_uint(v.v[4]), lmh_as_uint(v.v[5]), lmh_as_uint(v.v[6]), lmh_as_uint(v.v[7]) };
+            lmh_store_words4(to + (c << 10), lo);
+            lmh_store_words4(to + (c << 10) + 512u, hi);
+        }
+    }
+}
+
+// lmh_matvec from decoded rows: threadgroup g of G takes groups of vocab rows g, g + G, ...;
+// its simdgroups decode each group together, then simdgroup k runs the passes of activation
+// rows [8k, 8k + 8), [8(k + S), +8), ... (S simdgroups; the last rows in passes of halving
+// size), every value of them as lmh_matvec computes it. Two syncs a group: the rows are whole
+// before any pass reads them, and every pass is done before the next group's are written.
+LMH_FN void lmh_matvec_decoded(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_u32 local = simdgroup & ((1u << LMH_THREADGROUP_SHIFT) - 1u);
+    lmh_u64 stride = (lmh_u64)(simdgroups >> LMH_THREADGROUP_SHIFT) * LMH_VOCAB_ROWS_PER_SIMDGROUP;
+    lmh_u8 *area = LMH_DECODED_AREA();
+    lmh_matvec_params d = p;
+    d.row_bytes = p.hidden << 2;
+    for (lmh_u64 first = (lmh_u64)(simdgroup >> LMH_THREADGROUP_SHIFT) * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
+        lmh_decode_rows(p, type, w, first, area, local, 1u << LMH_THREADGROUP_SHIFT, lane);
+        LMH_THREADGROUP_SYNC();
+        for (lmh_u32 row0 = local << 3; row0 < p.rows; row0 += 8u << LMH_THREADGROUP_SHIFT) {
+            lmh_u32 end = p.rows - row0 < 8u ? p.rows : row0 + 8u;
+            lmh_matvec_rows(d, LMH_TYPE_DECODED, input, x, area, out, first, row0, end, lane);
+        }
+        LMH_THREADGROUP_SYNC();
+    }
+}
+#endif
+
 // NUMERICS.md §3: out[r, j] = the canonical dot product of row r of x (flushed) with
 // vocab row j of w, decoded as `type`, a group of LMH_VOCAB_ROWS_PER_SIMDGROUP vocab rows at
 // a time; `input` (LMH_INPUT_*) says whether x is past its flush point.
@@ -1137,6 +1233,12 @@ LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLO
     lmh_u64 stage_bytes = lmh_bulk_stage_bytes(p.row_bytes);
     if (lmh_dense(type) == 0u && LMH_BULK_STAGES * stage_bytes <= LMH_BULK_RING_BYTES()) {
         lmh_matvec_bulk(p, type, input, x, w, out, simdgroup, simdgroups, lane, LMH_BULK_RING(), stage_bytes);
+        return;
+    }
+#endif
+#if LMH_DECODED > 0
+    if (lmh_runs_decoded(p) != 0u) {
+        lmh_matvec_decoded(p, type, input, x, w, out, simdgroup, simdgroups, lane);
         return;
     }
 #endif

@@ -340,6 +340,31 @@ test "the emulated kernels equal the CPU backend for every head type, batch size
     }
 }
 
+test "decoded rows: the emulated kernels equal the CPU backend for every head type, batch size and slot order" {
+    // Rows of whole chunks (hidden 512 and 768), so that from 8 batch rows the decoded build
+    // decodes each group of vocab rows once and runs every pass from its area.
+    const allocator = std.testing.allocator;
+    var prng = std.Random.DefaultPrng.init(0x6465636f646564);
+    const random = prng.random();
+    for (formats.all, 0..) |f, index| {
+        for ([_]u32{ 512, 768 }) |hidden| {
+            const case = try makeCase(allocator, random, f.type, hidden, eps_values[index % eps_values.len]);
+            defer case.deinit(allocator);
+            const reference = try runCpu(allocator, &case, case.pool);
+            defer reference.deinit(allocator);
+            for ([_]u32{ 3, 8, 9, 17, 33 }) |n| {
+                var order: [pool_rows]u32 = undefined;
+                random.shuffle(u32, identity(&order));
+                const x = try case.batch(allocator, order[0..n]);
+                defer allocator.free(x);
+                const decoded = try runEmulator(emulator.decoded, allocator, &case, x, .{ .threadgroups = 2, .threads = 64 });
+                defer decoded.deinit(allocator);
+                try expectSameRows("decoded emulator", &case, reference, decoded, order[0..n]);
+            }
+        }
+    }
+}
+
 test "infinite block scales: the emulated kernels give the CPU's ±Inf logits" {
     // NUMERICS.md §2 decodes s·(q − off) with an infinite s to ±Inf, as gguf-py does; a GPU
     // shortcut such as one fma fma(s, B + q, −s·(B + off)) would give NaN (∞ − ∞). Rows of

@@ -27,9 +27,10 @@ pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
 /// bytes in flight), blocks an SM must hold at once (NVRTC caps the registers to fit them;
 /// 0: no cap), whether a warp first asks for all its rows' bytes (a prefetch into L2), the
 /// stages of the ring a quantized type's chunks arrive in by asynchronous copies (0: none),
-/// or of the ring its whole vocab rows arrive in by bulk copies (0: none; not both), and the
+/// or of the ring its whole vocab rows arrive in by bulk copies (0: none; not both), the
 /// chunks a step of the chunk loop takes (1 or 2: two let a warp have the second's loads in
-/// flight while it computes the first).
+/// flight while it computes the first), and whether a block decodes its vocab rows once into
+/// shared memory for its warps' passes (kernels.h LMH_DECODED; 8 rows per pass, no ring).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
@@ -37,6 +38,7 @@ pub const Shape = struct {
     stages: u32 = 0,
     bulk: u32 = 0,
     chunks_per_step: u32 = 1,
+    decoded: bool = false,
 };
 
 /// A pass size's tuning. The best shape differs by type, so each shape gets a module of its
@@ -48,7 +50,7 @@ pub const Tuning = struct {
     /// Types whose shape differs from `shape`.
     shape_of: []const struct { formats.Type, Shape } = &.{},
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
-    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null } = .{},
+    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null, decoded: ?bool = null } = .{},
 
     pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
         var shape = tuning.shape;
@@ -62,6 +64,7 @@ pub const Tuning = struct {
             .stages = tuning.forced.stages orelse shape.stages,
             .bulk = tuning.forced.bulk orelse shape.bulk,
             .chunks_per_step = tuning.forced.chunks_per_step orelse shape.chunks_per_step,
+            .decoded = tuning.forced.decoded orelse shape.decoded,
         };
     }
 
@@ -94,15 +97,16 @@ fn validShape(shape: Shape) bool {
         shape.stages * shape.vocab_rows * params.stage_row_bytes * warps_per_block <= max_ring_bytes_per_block);
     const bulk_valid = shape.bulk == 0 or (shape.bulk >= 2 and shape.bulk <= 4 and shape.stages == 0);
     const chunks_valid = shape.chunks_per_step == 1 or shape.chunks_per_step == 2;
-    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid and bulk_valid and chunks_valid;
+    const decoded_valid = !shape.decoded or (shape.stages == 0 and shape.bulk == 0);
+    return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid and bulk_valid and chunks_valid and decoded_valid;
 }
 
 comptime {
     for (formats.all) |f| std.debug.assert(@backingInt(f.type) < 32); // typesWith's bits
     std.debug.assert(std.math.isPowerOfTwo(warps_per_block)); // prelude.cuh's bulk ring splits a block's shared memory by a shift
-    for (tunings) |t| {
-        std.debug.assert(validShape(t.shape));
-        for (t.shape_of) |o| std.debug.assert(validShape(o[1]));
+    for (tunings, pass_sizes) |t, size| {
+        std.debug.assert(validShape(t.shape) and (!t.shape.decoded or size == 8));
+        for (t.shape_of) |o| std.debug.assert(validShape(o[1]) and (!o[1].decoded or size == 8));
     }
 }
 
@@ -168,7 +172,8 @@ pub const tunings = [pass_sizes.len]Tuning{
 /// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every type's
 /// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM and
 /// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches, `LMHEAD_CUDA_STAGES` (0, or 2
-/// to 4) every type's ring, `LMHEAD_CUDA_CHUNKS_PER_STEP` (1 or 2) every type's step.
+/// to 4) every type's ring, `LMHEAD_CUDA_CHUNKS_PER_STEP` (1 or 2) every type's step, and
+/// `LMHEAD_CUDA_DECODED` (0 or 1) whether every type's 8-row passes run from decoded rows.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
     const vocab_rows = try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows);
@@ -179,12 +184,24 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     const bulk = try envCount("LMHEAD_CUDA_BULK", 0, 4);
     if (bulk == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK=1: expected 0, or 2 to 4", .{});
     const chunks_per_step = try envCount("LMHEAD_CUDA_CHUNKS_PER_STEP", 1, 2);
+    const decoded = try envCount("LMHEAD_CUDA_DECODED", 0, 1);
+    const ring = (bulk orelse 0) > 0 or (stages orelse 0) > 0;
     if ((bulk orelse 0) > 0 and (stages orelse 0) > 0) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK and LMHEAD_CUDA_STAGES: a bulk ring or a ring of chunks, not both", .{});
-    for (&result) |*t| {
+    if (decoded == 1 and ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_DECODED=1 and a ring (LMHEAD_CUDA_STAGES, LMHEAD_CUDA_BULK): decoded rows or a ring, not both", .{});
+    for (&result, pass_sizes) |*t, size| {
         t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk, .chunks_per_step = chunks_per_step };
-        // A forced ring of either kind replaces the other.
+        // A forced ring of either kind replaces the other, and decoded rows; forced decoded
+        // rows (in the modules of 8 rows per pass) replace either ring.
         if (bulk != null and bulk.? > 0 and stages == null) t.forced.stages = 0;
         if (stages != null and stages.? > 0 and bulk == null) t.forced.bulk = 0;
+        if (ring) t.forced.decoded = false;
+        if (decoded != null and size == 8) {
+            t.forced.decoded = decoded.? == 1;
+            if (decoded.? == 1) {
+                t.forced.stages = 0;
+                t.forced.bulk = 0;
+            }
+        }
         for (formats.all) |f| {
             const shape = t.shapeOf(@backingInt(f.type));
             if (!validShape(shape)) return fail(error.InvalidArgument, "{s}: {d} vocab rows per warp in a ring of {d} stages exceed a block's 48 KiB of shared memory (LMHEAD_CUDA_VOCAB_ROWS, LMHEAD_CUDA_STAGES)", .{ f.name, shape.vocab_rows, shape.stages });
@@ -223,7 +240,7 @@ fn passIndex(rows: u32) usize {
 /// NVRTC's now): the kernel source with its tuning macros. Caller frees it with c_allocator.
 pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usize, tuning: Tuning, shape: Shape) Error![]u8 {
     std.debug.assert(tuning.typesWith(shape) != 0);
-    return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &.{
+    const defines = [_]struct { []const u8, u32 }{
         .{ "LMH_VOCAB_ROWS_PER_SIMDGROUP", shape.vocab_rows },
         .{ "LMH_CUDA_MATVEC_TYPES", tuning.typesWith(shape) },
         .{ "LMH_ROWS_PER_PASS", pass_sizes[pass] },
@@ -234,7 +251,11 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_STAGES", shape.stages },
         .{ "LMH_BULK_STAGES", shape.bulk },
         .{ "LMH_CUDA_NORMED_ENTRY", @intFromBool(hasNormedEntry(pass)) },
-    } });
+        .{ "LMH_DECODED", @intFromBool(shape.decoded) },
+        .{ "LMH_THREADGROUP_SHIFT", std.math.log2_int(u32, warps_per_block) },
+    };
+    comptime std.debug.assert(defines.len <= module.max_defines);
+    return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &defines });
 }
 
 /// The distinct shapes of a pass's head types, in formats.all's order.
@@ -478,8 +499,9 @@ pub const Backend = struct {
             if ((types >> @backingInt(f.type)) & 1 != 0) {
                 const raw = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
                 found[t] = .{ raw, if (hasNormedEntry(pass)) try backend.function(m, "matvec_" ++ f.name ++ "_normed_f32") else raw };
-                // A bulk ring is dynamic shared memory, past the 48 KiB a kernel gets unasked.
-                if (shape.bulk != 0) for (found[t]) |entry| try backend.cuda.check(backend.cuda.cuFuncSetAttribute(entry, driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes)), "cuFuncSetAttribute");
+                // A bulk ring and decoded rows are dynamic shared memory, past the 48 KiB a
+                // kernel gets unasked.
+                if (shape.bulk != 0 or shape.decoded) for (found[t]) |entry| try backend.cuda.check(backend.cuda.cuFuncSetAttribute(entry, driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes)), "cuFuncSetAttribute");
             }
         }
         // Kept only once every entry point is found: a module unloaded on failure stays out.
@@ -654,8 +676,11 @@ pub const Backend = struct {
                 const normed = @intFromBool(c.params.input_flushed != 0);
                 const f = k.matvec[pass][formatIndex(c.params.type_id)][normed];
                 var grid = warpGrid(c.params.vocab, shape.vocab_rows);
-                const shared = bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
-                if (shared != 0) {
+                const decoded = decodedBytes(shape, c.params, backend.max_block_shared_bytes);
+                const shared = if (decoded != 0) decoded else bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
+                // Decoded rows: a block a group of vocab rows, its warps sharing them.
+                if (decoded != 0) grid = std.math.divCeil(u32, c.params.vocab, shape.vocab_rows) catch unreachable;
+                if (shared != 0 and decoded == 0) {
                     // Persistent blocks, as many as the SMs hold: each warp's ring runs ahead
                     // across the groups of vocab rows it computes. The driver's answer is kept
                     // per kernel and ring size, so a decode loop asks it once.
@@ -788,6 +813,15 @@ fn bulkRingBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
     return if (bytes <= max_bytes) @intCast(bytes) else 0;
 }
 
+/// A block's decoded rows for a matvec of `shape` (kernels.h LMH_DECODED): `vocab_rows` rows of
+/// hidden f32 values (lmh_decoded_bytes). 0 where the kernel does not run from decoded rows
+/// (lmh_runs_decoded: partial chunks, fewer than a full pass a warp) or they exceed `max_bytes`.
+fn decodedBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
+    if (!shape.decoded or p.hidden % 256 != 0 or p.rows < 8 * warps_per_block) return 0;
+    const bytes = @as(u64, shape.vocab_rows) * p.hidden * 4;
+    return if (bytes <= max_bytes) @intCast(bytes) else 0;
+}
+
 /// A bulk stage: `vocab_rows` rows of `row_bytes` from the 16-byte boundary at or below their
 /// first byte to the one at or above their last, wherever they start (kernels.h
 /// lmh_bulk_stage_bytes, which takes a ring only where its stages hold that).
@@ -871,6 +905,28 @@ test "LMHEAD_CUDA_STAGES sets every type's ring; 1 stage, or rings over 48 KiB a
     _ = try tuningsFromEnv();
 }
 
+test "LMHEAD_CUDA_DECODED sets the 8-row passes' decoded rows in place of a ring; with a ring it is an error that says so" {
+    defer _ = unsetenv("LMHEAD_CUDA_DECODED");
+    defer _ = unsetenv("LMHEAD_CUDA_STAGES");
+    _ = setenv("LMHEAD_CUDA_DECODED", "1", 1);
+    for (try tuningsFromEnv(), pass_sizes, tunings) |tuning, size, unforced| for (formats.all) |f| {
+        const shape = tuning.shapeOf(@backingInt(f.type));
+        try std.testing.expectEqual(size == 8 or unforced.shapeOf(@backingInt(f.type)).decoded, shape.decoded);
+        if (size == 8) try std.testing.expectEqual(@as(u32, 0), shape.stages + shape.bulk);
+    };
+    _ = setenv("LMHEAD_CUDA_DECODED", "0", 1);
+    for (try tuningsFromEnv()) |tuning| for (formats.all) |f| try std.testing.expect(!tuning.shapeOf(@backingInt(f.type)).decoded);
+    _ = setenv("LMHEAD_CUDA_DECODED", "2", 1);
+    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
+    _ = setenv("LMHEAD_CUDA_DECODED", "1", 1);
+    _ = setenv("LMHEAD_CUDA_STAGES", "3", 1);
+    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "decoded rows or a ring, not both") != null);
+    // A forced ring alone replaces the tuning's decoded rows.
+    _ = unsetenv("LMHEAD_CUDA_DECODED");
+    for (try tuningsFromEnv()) |tuning| for (formats.all) |f| try std.testing.expect(!tuning.shapeOf(@backingInt(f.type)).decoded);
+}
+
 test "LMHEAD_CUDA_BULK sets every type's bulk ring in place of a ring of chunks; 1 stage is an error that says so" {
     defer _ = unsetenv("LMHEAD_CUDA_BULK");
     _ = setenv("LMHEAD_CUDA_BULK", "3", 1);
@@ -931,6 +987,27 @@ test "a bulk stage is as large as the kernels take it, or they would read the we
     for ([_]u32{ 18, 34, 84, 110, 210, 2310, 2992, 4095, 65534 }) |row_bytes| {
         try std.testing.expectEqual(kernels.bulkStageBytes(row_bytes), bulkStageBytes(3, row_bytes));
     }
+}
+
+test "decoded rows are as large as the kernels take them, and given only where the kernels run from them" {
+    const kernels = @import("../../kernels/emulator.zig").decoded; // 6 vocab rows per simdgroup
+    const shape: Shape = .{ .vocab_rows = 6, .decoded = true };
+    var p: params.Matvec = .{ .rows = 32, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.f16), .row_bytes = 2 * 2816, .chunks = 11 };
+    for ([_]u32{ 256, 2816, 4096 }) |hidden| {
+        p.hidden = hidden;
+        try std.testing.expectEqual(kernels.decodedBytes(hidden), decodedBytes(shape, p, 227 << 10));
+    }
+    p.hidden = 2816;
+    // Not for a shape without them, fewer rows than a full pass a warp, a partial chunk, or
+    // rows past what a block holds.
+    try std.testing.expectEqual(@as(u32, 0), decodedBytes(.{ .vocab_rows = 6 }, p, 227 << 10));
+    p.rows = 8 * warps_per_block - 1;
+    try std.testing.expectEqual(@as(u32, 0), decodedBytes(shape, p, 227 << 10));
+    p.rows = 64;
+    p.hidden = 2817;
+    try std.testing.expectEqual(@as(u32, 0), decodedBytes(shape, p, 227 << 10));
+    p.hidden = 16384;
+    try std.testing.expectEqual(@as(u32, 0), decodedBytes(shape, p, 227 << 10));
 }
 
 test "a pass size's shapes are its modules: each once, together holding every head type" {

@@ -86,10 +86,14 @@ extern __shared__ __align__(16) lmh_u8 lmh_cuda_dynamic_shared[];
 #else
 extern lmh_u8 lmh_cuda_dynamic_shared[]; // the host syntax check's stand-in
 #endif
-#define LMH_CUDA_BULK_BARRIER_BYTES 64u
-LMH_FN lmh_u32 lmh_cuda_warp_shared_bytes(void) {
+LMH_FN lmh_u32 lmh_cuda_dynamic_shared_bytes(void) {
     lmh_u32 bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+    return bytes;
+}
+#define LMH_CUDA_BULK_BARRIER_BYTES 64u
+LMH_FN lmh_u32 lmh_cuda_warp_shared_bytes(void) {
+    lmh_u32 bytes = lmh_cuda_dynamic_shared_bytes();
     lmh_u32 shift = 0u; // a block holds a power of two of warps (the host's block size)
     while ((32u << shift) < blockDim.x) shift++;
     return (bytes >> shift) & ~15u;
@@ -135,6 +139,13 @@ LMH_FN void lmh_cuda_bulk_wait(lmh_u32 stage, lmh_u32 phase) {
 #define LMH_BULK_WAIT(stage, phase) lmh_cuda_bulk_wait((stage), (phase))
 #define LMH_BULK_SYNC() __syncwarp()
 
+// kernels.h's decoded rows (LMH_DECODED): the block's dynamic shared memory, whole (the host
+// sizes it, 0 for none), written by 16-byte stores; its warps meet at __syncthreads. The host
+// passes LMH_THREADGROUP_SHIFT, log2 of its warps per block.
+#define LMH_DECODED_AREA() lmh_cuda_dynamic_shared
+#define LMH_DECODED_AREA_BYTES() lmh_cuda_dynamic_shared_bytes()
+#define LMH_THREADGROUP_SYNC() __syncthreads()
+
 // Aligned little-endian loads from a byte buffer: p is even for lmh_load16 and a multiple
 // of 4 for lmh_load32 (kernels.h says why each address is).
 LMH_FN lmh_u32 lmh_load16(const lmh_u8 *p) {
@@ -150,6 +161,11 @@ typedef uint4 lmh_words4;
 
 LMH_FN lmh_words4 lmh_load_words4(const lmh_u32 *p) {
     return *(const uint4 *)p;
+}
+
+// Four words to a 16-byte aligned address, in one store.
+LMH_FN void lmh_store_words4(lmh_u8 *p, lmh_words4 v) {
+    *(uint4 *)p = v;
 }
 
 // All 32 lanes of the warp take part in every shuffle (the kernels never diverge around one).

@@ -22,6 +22,7 @@ unsigned int __shfl_xor_sync(unsigned int members, unsigned int value, int lane_
 unsigned int __shfl_sync(unsigned int members, unsigned int value, int source_lane);
 [[noreturn]] void __trap(void);
 void __syncwarp(void);
+void __syncthreads(void);
 unsigned long long __cvta_generic_to_shared(const void *pointer);
 unsigned long long __cvta_generic_to_global(const void *pointer);
 struct uint4 {
