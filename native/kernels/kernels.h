@@ -68,9 +68,12 @@ LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both")
 // Decoded rows (0: none, 1: used where they fit), for kernels of 8 rows per pass: a
 // threadgroup decodes a group of vocab rows once, into its threadgroup memory as f32, and its
 // simdgroups run the batch's passes from there, a pass each in turn, so no pass decodes a
-// weight again. Needs the prelude's threadgroup area: LMH_DECODED_AREA() and its bytes,
-// LMH_THREADGROUP_SHIFT (log2 of simdgroups per threadgroup), LMH_THREADGROUP_SYNC() and
-// lmh_store_words4 (CUDA; the emulator's decoded build, as threadgroups of one simdgroup).
+// weight again. Measured on an H200: F16 and Q8_0 21-22% faster at N = 64 (41% of the FMA
+// floor), F32 43%; Q4_K and Q6_K, whose decode is many small loads, up to 61% slower (the
+// CUDA backend's tunings say which types take it). Needs the prelude's threadgroup area:
+// LMH_DECODED_AREA() and its bytes, LMH_THREADGROUP_SHIFT (log2 of simdgroups per
+// threadgroup), LMH_THREADGROUP_SYNC() and lmh_store_words4 (CUDA; the emulator's decoded
+// build, as threadgroups of one simdgroup).
 #ifndef LMH_DECODED
 #define LMH_DECODED 0u
 #endif

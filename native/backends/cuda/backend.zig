@@ -139,7 +139,12 @@ comptime {
 /// was 4% faster or more (Q2_K 11%, Q3_K 8%, Q5_0 7% with 4 rows, Q4_K 6%, Q5_K, Q6_K and Q5_1
 /// 4%), and again faster in a second call (Q2_K 10%, Q3_K 7%, Q4_K, Q5_0 and Q5_1 5-6%, Q5_K
 /// and Q6_K 2-3%); Q8_0 5-30% and Q4_0 0-17% slower with any, IQ4_NL and IQ4_XS within 2% or
-/// slower. A type's prefetch then applies only where the ring does not fit.
+/// slower. A type's prefetch then applies only where the ring does not fit. At 8 rows per pass,
+/// decoded rows (kernels.h LMH_DECODED, from N = 32), measured for F32, F16, Q8_0, Q4_K and
+/// Q6_K at N = 32 and 64, then in builds that take them at N = 8 to 64 in two calls: taken by
+/// F16 and Q8_0 (21-22% less at N = 64, 1-10% at N = 8 to 32, faster at every N); F32 was 43%
+/// faster at N = 64 but its module, holding both paths, 2.4 times as slow at N = 8 and 16, and
+/// Q4_K and Q6_K were up to 61% slower.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                               .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
@@ -160,7 +165,7 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q5_1, .{ .vocab_rows = 6, .min_blocks = 4, .chunks_per_step = 2 } }, .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4, .chunks_per_step = 2 } },
         .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2, .chunks_per_step = 2 } }, .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true, .chunks_per_step = 2 } },
     } },
-    .{ .shape = .{ .vocab_rows = 8 }, .shape_of = &.{
+    .{ .shape = .{ .vocab_rows = 8, .decoded = true }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2 } },
         .{ .bf16, .{ .vocab_rows = 4 } },                  .{ .iq4_xs, .{ .vocab_rows = 4 } },                 .{ .q5_0, .{ .vocab_rows = 6 } },
         .{ .q5_1, .{ .vocab_rows = 6 } },                  .{ .q3_k, .{ .vocab_rows = 6 } },                   .{ .q4_k, .{ .vocab_rows = 6 } },
