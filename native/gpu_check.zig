@@ -404,9 +404,9 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
 }
 
 /// Writes a module to `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p]-s<stages>-k<bulk stages>-c<chunks
-/// per step>[-d].cubin` (-p: it prefetches; -d: decoded rows) and returns that path, which the compile-only run prints for
-/// scripts/cuda_sass.py (the modules of a pass size compile together, so the cache's order of
-/// files says nothing).
+/// per step>[-d].cubin` (-p: it prefetches; -d: decoded rows) and returns that path, which the
+/// compile-only run prints for scripts/cuda_sass.py (the modules of a pass size compile
+/// together, so the cache's order of files says nothing).
 fn writeCubin(path: *[1024:0]u8, dir: []const u8, rows: u32, shape: cuda_backend.Shape, image: []const u8) []const u8 {
     const name: [:0]const u8 = std.mem.printSentinel(path, "{s}/r{d}-v{d}-b{d}{s}-s{d}-k{d}-c{d}{s}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) "-p" else "", shape.stages, shape.bulk, shape.chunks_per_step, if (shape.decoded) "-d" else "" }, 0) catch "";
     const file = if (name.len > 0) std.c.fopen(name, "wb") else null;
