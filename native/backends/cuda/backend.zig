@@ -681,23 +681,25 @@ pub const Backend = struct {
                 const normed = @intFromBool(c.params.input_flushed != 0);
                 const f = k.matvec[pass][formatIndex(c.params.type_id)][normed];
                 var grid = warpGrid(c.params.vocab, shape.vocab_rows);
+                // A shape has a bulk ring or decoded rows, not both (validShape).
+                const ring = bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
                 const decoded = decodedBytes(shape, c.params, backend.max_block_shared_bytes);
-                const shared = if (decoded != 0) decoded else bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
-                // Decoded rows: a block a group of vocab rows, its warps sharing them.
-                if (decoded != 0) grid = std.math.divCeil(u32, c.params.vocab, shape.vocab_rows) catch unreachable;
-                if (shared != 0 and decoded == 0) {
+                std.debug.assert(ring == 0 or decoded == 0);
+                if (ring != 0) {
                     // Persistent blocks, as many as the SMs hold: each warp's ring runs ahead
                     // across the groups of vocab rows it computes. The driver's answer is kept
                     // per kernel and ring size, so a decode loop asks it once.
                     const held = &backend.bulk_blocks[pass][formatIndex(c.params.type_id)][normed];
-                    if (held.shared_bytes != shared) {
+                    if (held.shared_bytes != ring) {
                         var blocks: c_int = 0;
-                        try backend.cuda.check(backend.cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, threads_per_block, shared), "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-                        held.* = .{ .shared_bytes = shared, .blocks = @intCast(@max(blocks, 1)) };
+                        try backend.cuda.check(backend.cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, threads_per_block, ring), "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+                        held.* = .{ .shared_bytes = ring, .blocks = @intCast(@max(blocks, 1)) };
                     }
                     grid = @min(grid, held.blocks * backend.multiprocessors);
                 }
-                try backend.launchShared(f, grid, threads_per_block, shared, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
+                // Decoded rows: a block a group of vocab rows, its warps sharing them.
+                if (decoded != 0) grid = std.math.divCeil(u32, c.params.vocab, shape.vocab_rows) catch unreachable;
+                try backend.launchShared(f, grid, threads_per_block, ring + decoded, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
             },
             .softcap => |c| {
                 const blocks = @min(std.math.divCeil(u64, c.params.values, threads_per_block) catch unreachable, 32 * @as(u64, backend.multiprocessors));
