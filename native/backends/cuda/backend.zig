@@ -20,8 +20,13 @@ const threads_per_block = 32 * warps_per_block;
 /// Activation rows one pass shares each decoded weight with: modules per size, so a call of
 /// N rows runs the kernel whose registers fit N (passIndex) and one row keeps the occupancy
 /// that bandwidth needs. A module is compiled when a call first needs it (an 8-row one takes
-/// NVRTC 14-33 s on 2 cores), the 1-row ones when the device opens.
-pub const pass_sizes = [_]u32{ 1, 2, 4, 8 };
+/// NVRTC 14-33 s on 2 cores), the 1-row ones when the device opens. The last, `wide_pass`,
+/// runs 8 rows per pass again, only for the types its tuning lists and only where they run
+/// from decoded rows (from N = 32): a module of decoded rows for a type whose own 8-row passes
+/// NVRTC compiles worse beside them (F32: 2.4 times as slow at N = 8 and 16,
+/// bench/results/cuda-h200.md).
+pub const pass_sizes = [_]u32{ 1, 2, 4, 8, 8 };
+const wide_pass = pass_sizes.len - 1;
 /// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
 /// rows one warp computes (they share each activation load, and more of them keep more weight
 /// bytes in flight), blocks an SM must hold at once (NVRTC caps the registers to fit them;
@@ -49,6 +54,8 @@ pub const Tuning = struct {
     shape: Shape,
     /// Types whose shape differs from `shape`.
     shape_of: []const struct { formats.Type, Shape } = &.{},
+    /// The head types whose modules the pass has (null: every one).
+    types: ?[]const formats.Type = null,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
     forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null, decoded: ?bool = null } = .{},
 
@@ -68,13 +75,20 @@ pub const Tuning = struct {
         };
     }
 
+    /// Whether the pass has a module for head type `type_id`.
+    pub fn holds(tuning: Tuning, type_id: u32) bool {
+        const types = tuning.types orelse return true;
+        for (types) |t| if (@backingInt(t) == type_id) return true;
+        return false;
+    }
+
     /// The head types of `shape`, a bit per type id (entries.cu's LMH_CUDA_MATVEC_TYPES); 0 if
     /// none takes it.
     pub fn typesWith(tuning: Tuning, shape: Shape) u32 {
         var types: u32 = 0;
         for (formats.all) |f| {
             const id = @backingInt(f.type);
-            if (f.head and std.meta.eql(tuning.shapeOf(id), shape)) types |= @as(u32, 1) << @intCast(id);
+            if (f.head and tuning.holds(id) and std.meta.eql(tuning.shapeOf(id), shape)) types |= @as(u32, 1) << @intCast(id);
         }
         return types;
     }
@@ -108,6 +122,9 @@ comptime {
         std.debug.assert(validShape(t.shape) and (!t.shape.decoded or size == 8));
         for (t.shape_of) |o| std.debug.assert(validShape(o[1]) and (!o[1].decoded or size == 8));
     }
+    // Only the wide pass lists its types, and it runs them from decoded rows (its reason).
+    for (tunings[0..wide_pass]) |t| std.debug.assert(t.types == null);
+    for (tunings[wide_pass].types.?) |t| std.debug.assert(tunings[wide_pass].shapeOf(@backingInt(t)).decoded);
 }
 
 /// Per pass size, measured on an H200 (bench/results/cuda-h200.md). Vocab rows per warp: 4, 8
@@ -143,8 +160,10 @@ comptime {
 /// decoded rows (kernels.h LMH_DECODED, from N = 32), measured for F32, F16, Q8_0, Q4_K and
 /// Q6_K at N = 32 and 64, then in builds that take them at N = 8 to 64 in two calls: taken by
 /// F16 and Q8_0 (21-22% less at N = 64, 1-10% at N = 8 to 32, faster at every N); F32 was 43%
-/// faster at N = 64 but its module, holding both paths, 2.4 times as slow at N = 8 and 16, and
-/// Q4_K and Q6_K were up to 61% slower.
+/// faster at N = 64 but its module, holding both paths, 2.4 times as slow at N = 8 and 16, so
+/// it runs them in a module of its own, the wide pass, from N = 32. Measured for every type
+/// (one call, two runs): the other eleven were slower with them at N = 32 (17-99%) and most
+/// at every N (BF16 2.1 times as slow at N = 16).
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                               .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
@@ -172,6 +191,7 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } }, .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true } },  .{ .q6_k, .{ .vocab_rows = 8, .stages = 3 } },
         .{ .q5_k, .{ .vocab_rows = 8, .stages = 3 } },      .{ .iq4_nl, .{ .vocab_rows = 8, .stages = 3 } },
     } },
+    .{ .shape = .{ .vocab_rows = 8, .chunks_per_step = 2, .decoded = true }, .types = &.{.f32} },
 };
 
 /// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every type's
@@ -235,10 +255,14 @@ fn hasNormedEntry(pass: usize) bool {
     return pass_sizes[pass] <= 2;
 }
 
-/// The module of the smallest pass size that holds `rows` (the largest past it).
-fn passIndex(rows: u32) usize {
-    for (pass_sizes, 0..) |size, i| if (rows <= size) return i;
-    return pass_sizes.len - 1;
+/// The pass whose module runs matvec `p`: the wide pass where it holds the type and would run
+/// it from decoded rows (of at most `max_shared_bytes`), else the smallest pass size that
+/// holds its rows (the largest past it).
+fn passIndex(passes: *const [pass_sizes.len]Tuning, p: params.Matvec, max_shared_bytes: u32) usize {
+    const wide = passes[wide_pass];
+    if (wide.holds(p.type_id) and decodedBytes(wide.shapeOf(p.type_id), p, max_shared_bytes) != 0) return wide_pass;
+    for (pass_sizes[0..wide_pass], 0..) |size, i| if (p.rows <= size) return i;
+    return wide_pass - 1;
 }
 
 /// The compiled module of pass size `pass` for the types of `shape` (from the cache, or
@@ -266,7 +290,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
 /// The distinct shapes of a pass's head types, in formats.all's order.
 pub fn shapesOf(tuning: Tuning, out: *[formats.all.len]Shape) []const Shape {
     var count: usize = 0;
-    for (formats.all) |f| if (f.head) {
+    for (formats.all) |f| if (f.head and tuning.holds(@backingInt(f.type))) {
         const shape = tuning.shapeOf(@backingInt(f.type));
         for (out[0..count]) |s| {
             if (std.meta.eql(s, shape)) break;
@@ -657,7 +681,7 @@ pub const Backend = struct {
         const cuda = backend.cuda;
         // Modules a call needs first, so a compile never falls inside the timed launches.
         for (commands) |command| switch (command) {
-            .matvec => |c| try backend.loadMatvec(passIndex(c.params.rows), c.params.type_id),
+            .matvec => |c| try backend.loadMatvec(passIndex(&backend.tunings, c.params, backend.max_block_shared_bytes), c.params.type_id),
             else => {},
         };
         try cuda.check(cuda.cuEventRecord(backend.timing[0], backend.stream), "cuEventRecord");
@@ -675,7 +699,7 @@ pub const Backend = struct {
             .barrier => {},
             .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
             .matvec => |c| {
-                const pass = passIndex(c.params.rows);
+                const pass = passIndex(&backend.tunings, c.params, backend.max_block_shared_bytes);
                 std.debug.assert(backend.modules[pass][formatIndex(c.params.type_id)] != null); // loaded by execute
                 const shape = backend.tunings[pass].shapeOf(c.params.type_id);
                 const normed = @intFromBool(c.params.input_flushed != 0);
@@ -847,11 +871,12 @@ fn pointer(buffer: *contract.Buffer) driver.DevicePointer {
     return buffer.root().place.root.cuda.pointer + buffer.offsetBytes();
 }
 
-test "each pass size's modules hold every head type once, in the module of the type's shape" {
+test "each pass size's modules hold every head type the pass holds once, in the module of the type's shape" {
     for (tunings) |tuning| {
         var held: u32 = 0;
         for (formats.all) |f| {
             const id = @backingInt(f.type);
+            if (!tuning.holds(id)) continue;
             const types = tuning.typesWith(tuning.shapeOf(id));
             try std.testing.expect(types & (@as(u32, 1) << @intCast(id)) != 0);
             // Another type's module is this one's or holds none of its types.
@@ -1017,7 +1042,7 @@ test "decoded rows are as large as the kernels take them, and given only where t
     try std.testing.expectEqual(@as(u32, 0), decodedBytes(shape, p, 227 << 10));
 }
 
-test "a pass size's shapes are its modules: each once, together holding every head type" {
+test "a pass size's shapes are its modules: each once, together holding every head type the pass holds" {
     for (tunings) |tuning| {
         var buffer: [formats.all.len]Shape = undefined;
         const shapes = shapesOf(tuning, &buffer);
@@ -1028,8 +1053,32 @@ test "a pass size's shapes are its modules: each once, together holding every he
             try std.testing.expect(types != 0 and held & types == 0);
             held |= types;
         }
-        for (formats.all) |f| if (f.head) try std.testing.expect((held >> @intCast(@backingInt(f.type))) & 1 != 0);
+        for (formats.all) |f| if (f.head) try std.testing.expectEqual(tuning.holds(@backingInt(f.type)), (held >> @intCast(@backingInt(f.type))) & 1 != 0);
     }
+}
+
+test "N rows run in the smallest pass that holds them, or in the wide pass where it holds the type and would run it from decoded rows" {
+    const max_shared_bytes = 227 << 10; // an H200
+    var half: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.f16), .row_bytes = 2 * 2816, .chunks = 11 };
+    var single: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.f32), .row_bytes = 4 * 2816, .chunks = 11 };
+    try std.testing.expect(!tunings[wide_pass].holds(half.type_id) and tunings[wide_pass].holds(single.type_id));
+    for ([_]u32{ 1, 2, 3, 4, 5, 8, 9, 31, 32, 33, 64, 4096 }) |rows| {
+        half.rows = rows;
+        single.rows = rows;
+        const smallest: usize = if (rows <= 1) 0 else if (rows <= 2) 1 else if (rows <= 4) 2 else 3;
+        try std.testing.expectEqual(smallest, passIndex(&tunings, half, max_shared_bytes));
+        try std.testing.expectEqual(if (rows >= 8 * warps_per_block) wide_pass else smallest, passIndex(&tunings, single, max_shared_bytes));
+    }
+    // Not where its rows would not be decoded: a partial chunk, or rows past a block's memory.
+    single.hidden = 2817;
+    try std.testing.expectEqual(@as(usize, 3), passIndex(&tunings, single, max_shared_bytes));
+    single.hidden = 16384;
+    try std.testing.expectEqual(@as(usize, 3), passIndex(&tunings, single, max_shared_bytes));
+    // A pass index is a module's: the wide one is compiled only for the types it holds.
+    var buffer: [formats.all.len]Shape = undefined;
+    const shapes = shapesOf(tunings[wide_pass], &buffer);
+    try std.testing.expectEqual(@as(usize, 1), shapes.len);
+    try std.testing.expectEqual(@as(u32, 1) << @intCast(single.type_id), tunings[wide_pass].typesWith(shapes[0]));
 }
 
 test "a non-finite count splits a long row for the whole GPU: a power of two of segments, 8 values a lane at least" {
