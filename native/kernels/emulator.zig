@@ -14,7 +14,7 @@ pub const Grid = struct {
 };
 
 /// One build of emulator.c, by its symbol prefix: build.zig builds the source's default
-/// tuning, another one, a staged one and one with decoded rows.
+/// tuning, another one, a staged one, one with decoded rows and one with resident rows.
 pub fn Emulator(comptime prefix: []const u8) type {
     return struct {
         const dispatch_c = @extern(*const fn (u32, *const anyopaque, u64, [*]const ?*anyopaque, u32, *const [3]u32, *const [3]u32) callconv(.c) c_int, .{ .name = prefix ++ "_dispatch" });
@@ -23,7 +23,7 @@ pub fn Emulator(comptime prefix: []const u8) type {
         const tanh_c = @extern(*const fn ([*]const f32, [*]f32, u64) callconv(.c) void, .{ .name = prefix ++ "_tanh" });
         const layout_entry_c = @extern(*const fn (u32, *[*:0]const u8, *u64) callconv(.c) c_int, .{ .name = prefix ++ "_layout_entry" });
         const bulk_stage_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_bulk_stage_bytes" });
-        const decoded_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_decoded_bytes" });
+        const area_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_area_bytes" });
 
         /// The kernel named `name` (core/registry.zig's names, e.g. "matvec_Q6_K_f32").
         pub fn kernel(name: []const u8) Error!u32 {
@@ -72,10 +72,10 @@ pub fn Emulator(comptime prefix: []const u8) type {
             return bulk_stage_bytes_c(row_bytes);
         }
 
-        /// kernels.h's bytes of a threadgroup's decoded rows at `hidden` (a build with decoded
-        /// rows only: `decoded`, of 6 vocab rows per simdgroup).
-        pub fn decodedBytes(hidden: u32) u64 {
-            return decoded_bytes_c(hidden);
+        /// kernels.h's bytes of a threadgroup's decoded or resident rows at `hidden` (the
+        /// builds with them only: `decoded`, of 6 vocab rows per simdgroup, and `resident`).
+        pub fn areaBytes(hidden: u32) u64 {
+            return area_bytes_c(hidden);
         }
 
         /// Entry `index` of the C layouts (a size or an offset, named as the Zig structs
@@ -103,6 +103,9 @@ pub const staged = Emulator("lmh_emulator_staged");
 /// 6 vocab rows per simdgroup, 8 rows per pass, and from 8 rows of whole chunks the vocab rows
 /// decoded once into the simdgroup's area, every pass reading them there (LMH_DECODED).
 pub const decoded = Emulator("lmh_emulator_decoded");
+/// 3 vocab rows per simdgroup, 8 rows per pass, and the batch's rows copied a pass at a time
+/// into the simdgroup's area, every pass reading its activations there (LMH_RESIDENT).
+pub const resident = Emulator("lmh_emulator_resident");
 
 // ---------------------------------------------------------------------------------------
 // Tests of the emulator itself; parity_test.zig runs the kernels against the CPU backend.
@@ -115,7 +118,7 @@ const registry = @import("../core/registry.zig");
 test "every kernel of the registry has an entry point, in every build" {
     var name: [64]u8 = undefined;
     const fixed = [_]registry.Kernel{ .rms_norm, .softcap, .count_non_finite };
-    inline for (.{ default, retuned, staged, decoded }) |build| {
+    inline for (.{ default, retuned, staged, decoded, resident }) |build| {
         for (fixed) |k| _ = try build.kernel(k.name(&name));
         for (std.enums.values(formats.Type)) |t| {
             const k: registry.Kernel = .{ .matvec = t };

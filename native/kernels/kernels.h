@@ -68,20 +68,30 @@ LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both")
 // Decoded rows (0: none, 1: used where they fit), for kernels of 8 rows per pass: a
 // threadgroup decodes a group of vocab rows once, into its threadgroup memory as f32, and its
 // simdgroups run the batch's passes from there, a pass each in turn, so no pass decodes a
-// weight again. Measured on an H200: F16 and Q8_0 21-22% faster at N = 64 (41% of the FMA
-// floor), F32 43%; Q4_K and Q6_K, whose decode is many small loads, up to 61% slower (the
-// CUDA backend's tunings say which types take it). Needs the prelude's threadgroup area:
-// LMH_DECODED_AREA() and its bytes, LMH_THREADGROUP_SHIFT (log2 of simdgroups per
-// threadgroup), LMH_THREADGROUP_SYNC() and lmh_store_words4 (CUDA; the emulator's decoded
-// build, as threadgroups of one simdgroup).
+// weight again. Measured on an H200: F32 43% faster at N = 64; Q4_K and Q6_K, whose decode is
+// many small loads, up to 61% slower.
+// Resident rows (0: none, 1: used where they fit), for kernels of 8 rows per pass, the other
+// way round: a threadgroup copies a pass of activation rows once into its threadgroup memory
+// and its simdgroups run their vocab rows against them there, so a pass reads its activations
+// from threadgroup memory and only the weights from device memory. Measured on an H200: F16
+// 23-39% faster than from decoded rows or its own passes at N = 8 to 64 (53% of the FMA floor
+// at N = 64), Q8_0 2-14%; every other type slower. The CUDA backend's tunings say which types
+// take either.
+// Both need the prelude's threadgroup area: LMH_THREADGROUP_AREA() and its bytes,
+// LMH_THREADGROUP_SHIFT (log2 of simdgroups per threadgroup), LMH_THREADGROUP_SYNC() and
+// lmh_store_words4 (CUDA; the emulator's builds of each, as threadgroups of one simdgroup).
 #ifndef LMH_DECODED
 #define LMH_DECODED 0u
 #endif
-#if LMH_DECODED > 0
-#ifndef LMH_DECODED_AREA
-#error "LMH_DECODED needs the prelude's threadgroup area"
+#ifndef LMH_RESIDENT
+#define LMH_RESIDENT 0u
 #endif
-LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_STAGES == 0u && LMH_BULK_STAGES == 0u, "decoded rows: 8 rows per pass, no ring");
+#if LMH_DECODED > 0 || LMH_RESIDENT > 0
+#ifndef LMH_THREADGROUP_AREA
+#error "LMH_DECODED and LMH_RESIDENT need the prelude's threadgroup area"
+#endif
+LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_STAGES == 0u && LMH_BULK_STAGES == 0u, "decoded or resident rows: 8 rows per pass, no ring");
+LMH_STATIC_ASSERT(LMH_DECODED == 0u || LMH_RESIDENT == 0u, "decoded rows or resident rows, not both");
 #endif
 
 // ggml type ids (numerics/formats.zig Type).
@@ -416,11 +426,13 @@ LMH_FN lmh_bytes8 lmh_merge(lmh_bytes8 a, lmh_bytes8 b, lmh_u32 shift) {
 
 // How a matvec chunk reads a lane's 8 values (always a literal): with a bounds test, all 8
 // present, all 8 present in rows that start 16-byte aligned, or that and activations that
-// are the norm's output (past their flush point already, so read as they are).
+// are the norm's output (past their flush point already, so read as they are), or that and
+// activations resident in threadgroup memory (flushed when they were copied there).
 #define LMH_LOAD_PARTIAL 0u
 #define LMH_LOAD_WHOLE 1u
 #define LMH_LOAD_WIDE 2u
 #define LMH_LOAD_NORMED 3u
+#define LMH_LOAD_RESIDENT 4u
 
 // ---------------------------------------------------------------------------------------
 // Decoders: lane `lane`'s 8 weights of one chunk of a vocab row, whose bytes start at
@@ -713,7 +725,7 @@ LMH_FN lmh_f8 lmh_decode_dense_wide(LMH_GLOBAL const lmh_u8 *p, lmh_u32 type) {
 LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 load, lmh_u32 type) {
     lmh_u32 first = lane << 3;
     LMH_GLOBAL const lmh_u8 *p = chunk + (first << (type == LMH_TYPE_F32 ? 2u : 1u));
-    if (load == LMH_LOAD_WIDE || load == LMH_LOAD_NORMED) return lmh_decode_dense_wide(p, type);
+    if (load >= LMH_LOAD_WIDE) return lmh_decode_dense_wide(p, type);
     lmh_f8 w;
     if (load == LMH_LOAD_WHOLE || first + 8u <= values) { // as for activations: the rule, from one address
         for (lmh_u32 i = 0u; i < 8u; i++) w.v[i] = lmh_dense_value(p, i, type);
@@ -796,11 +808,14 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
 // of 8: two 16-byte loads, a quarter of the requests. `load` (a literal) says which case
 // holds, or LMH_LOAD_PARTIAL to find out. With LMH_LOAD_NORMED the row is the norm's output,
 // whose values are past the dot-operand flush point already: flushing them again would change
-// no bit, so they are read as they are (two instructions per value fewer).
+// no bit, so they are read as they are (two instructions per value fewer). With
+// LMH_LOAD_RESIDENT the row is resident (lmh_stage_rows): chunk by chunk, in
+// lmh_decoded_values's layout.
 LMH_FN lmh_f8 lmh_load_activations(LMH_GLOBAL const lmh_u32 *row, lmh_u32 first, lmh_u32 values, lmh_u32 load) {
     LMH_GLOBAL const lmh_u32 *p = row + first;
     lmh_u32 all = load != LMH_LOAD_PARTIAL || first + 8u <= values;
     lmh_f8 a;
+    if (load == LMH_LOAD_RESIDENT) return lmh_decoded_values((LMH_GLOBAL const lmh_u8 *)(row + (first & ~255u)), (first & 255u) >> 3);
     if (load == LMH_LOAD_NORMED) {
         lmh_words4 lo = lmh_load_words4(p);
         lmh_words4 hi = lmh_load_words4(p + 4);
@@ -1062,6 +1077,8 @@ LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
 #define LMH_INPUT_RAW 0u
 #define LMH_INPUT_NORMED 1u
 #define LMH_INPUT_PARAMS 2u
+// x is resident rows (LMH_RESIDENT), of whole chunks: no partial chunk.
+#define LMH_INPUT_RESIDENT 3u
 
 // One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes start at `rows`
 // (in the weights, or in a stage at the same offset from a 16-byte boundary), against
@@ -1082,7 +1099,9 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LM
     }
     lmh_u32 wide = lmh_dense(type) == 0u || ((p.hidden & 3u) == 0u && (p.row_bytes & 15u) == 0u);
     lmh_u32 normed = input == LMH_INPUT_PARAMS ? (p.input_flushed != 0u && lmh_reads_normed(type, rows_per_pass) != 0u) : input;
-    if (wide != 0u && normed != 0u) {
+    if (input == LMH_INPUT_RESIDENT) {
+        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_RESIDENT, lane, acc);
+    } else if (wide != 0u && normed != 0u) {
         acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_NORMED, lane, acc);
     } else if (wide != 0u) {
         acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_WIDE, lane, acc);
@@ -1167,6 +1186,17 @@ LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LM
 }
 #endif
 
+#if LMH_DECODED > 0 || LMH_RESIDENT > 0
+// A lane's 8 values of a chunk, stored where lmh_decoded_values reads them: `to` is the
+// chunk's place plus lane·16 bytes.
+LMH_FN void lmh_store_lane(lmh_u8 *to, lmh_f8 v) {
+    lmh_words4 lo = { lmh_as_uint(v.v[0]), lmh_as_uint(v.v[1]), lmh_as_uint(v.v[2]), lmh_as_uint(v.v[3]) };
+    lmh_words4 hi = { lmh_as_uint(v.v[4]), lmh_as_uint(v.v[5]), lmh_as_uint(v.v[6]), lmh_as_uint(v.v[7]) };
+    lmh_store_words4(to, lo);
+    lmh_store_words4(to + 512u, hi);
+}
+#endif
+
 #if LMH_DECODED > 0
 // Bytes of a threadgroup's decoded rows: a group of vocab rows of `hidden` f32 values.
 LMH_FN lmh_u64 lmh_decoded_bytes(lmh_u32 hidden) {
@@ -1178,7 +1208,7 @@ LMH_FN lmh_u64 lmh_decoded_bytes(lmh_u32 hidden) {
 // the threadgroup (fewer rows leave simdgroups idle while one decodes for nothing), and an
 // area that holds the group (the host gives one only where it does; 0 bytes otherwise).
 LMH_FN lmh_u32 lmh_runs_decoded(lmh_matvec_params p) {
-    return (p.hidden & 255u) == 0u && p.rows >= (8u << LMH_THREADGROUP_SHIFT) && lmh_decoded_bytes(p.hidden) <= LMH_DECODED_AREA_BYTES();
+    return (p.hidden & 255u) == 0u && p.rows >= (8u << LMH_THREADGROUP_SHIFT) && lmh_decoded_bytes(p.hidden) <= LMH_THREADGROUP_AREA_BYTES();
 }
 
 // Vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) that exist, decoded into `area` (row m at
@@ -1196,11 +1226,7 @@ LMH_FN void lmh_decode_rows(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
             LMH_GLOBAL const lmh_u8 *chunk = row + c * lmh_chunk_bytes(type);
             lmh_scale_min s = lmh_lane_scale(type, chunk, lane);
             lmh_u32 chunk_skew = (skew + c * lmh_chunk_bytes(type)) & 3u;
-            lmh_f8 v = lmh_decode(type, chunk, lane, chunk_skew, 256u, LMH_LOAD_WIDE, s);
-            lmh_words4 lo = { lmh_as_uint(v.v[0]), lmh_as_uint(v.v[1]), lmh_as_uint(v.v[2]), lmh_as_uint(v.v[3]) };
-            lmh_words4 hi = { lmh_as_uint(v.v[4]), lmh_as_uint(v.v[5]), lmh_as_uint(v.v[6]), lmh_as_uint(v.v[7]) };
-            lmh_store_words4(to + (c << 10), lo);
-            lmh_store_words4(to + (c << 10) + 512u, hi);
+            lmh_store_lane(to + (c << 10), lmh_decode(type, chunk, lane, chunk_skew, 256u, LMH_LOAD_WIDE, s));
         }
     }
 }
@@ -1213,7 +1239,7 @@ LMH_FN void lmh_decode_rows(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const 
 LMH_FN void lmh_matvec_decoded(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
     lmh_u32 local = simdgroup & ((1u << LMH_THREADGROUP_SHIFT) - 1u);
     lmh_u64 stride = (lmh_u64)(simdgroups >> LMH_THREADGROUP_SHIFT) * LMH_VOCAB_ROWS_PER_SIMDGROUP;
-    lmh_u8 *area = LMH_DECODED_AREA();
+    lmh_u8 *area = LMH_THREADGROUP_AREA();
     lmh_matvec_params d = p;
     d.row_bytes = p.hidden << 2;
     for (lmh_u64 first = (lmh_u64)(simdgroup >> LMH_THREADGROUP_SHIFT) * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
@@ -1222,6 +1248,64 @@ LMH_FN void lmh_matvec_decoded(lmh_matvec_params p, lmh_u32 type, lmh_u32 input,
         for (lmh_u32 row0 = local << 3; row0 < p.rows; row0 += 8u << LMH_THREADGROUP_SHIFT) {
             lmh_u32 end = p.rows - row0 < 8u ? p.rows : row0 + 8u;
             lmh_matvec_rows(d, LMH_TYPE_DECODED, input, x, area, out, first, row0, end, lane);
+        }
+        LMH_THREADGROUP_SYNC();
+    }
+}
+#endif
+
+#if LMH_RESIDENT > 0
+// Bytes of a threadgroup's resident rows: a pass of activation rows of `hidden` f32 values.
+LMH_FN lmh_u64 lmh_resident_bytes(lmh_u32 hidden) {
+    return (lmh_u64)LMH_ROWS_PER_PASS * hidden * 4u;
+}
+
+// Whether a matvec runs from resident rows: whole chunks only, and an area that holds a pass
+// (the host gives one only where the kernel is to run from it; 0 bytes otherwise).
+LMH_FN lmh_u32 lmh_runs_resident(lmh_matvec_params p) {
+    return (p.hidden & 255u) == 0u && lmh_resident_bytes(p.hidden) <= LMH_THREADGROUP_AREA_BYTES();
+}
+
+// Activation rows [row0, +rows) of x copied into `area` (row r at r·hidden·4, chunk by chunk in
+// lmh_decoded_values's layout), flushed as a pass reads them, by simdgroup `local` of the
+// threadgroup's `simdgroups`: rows local, local + simdgroups, ...
+LMH_FN void lmh_stage_rows(lmh_matvec_params p, LMH_GLOBAL const lmh_u32 *x, lmh_u32 row0, lmh_u32 rows, lmh_u8 *area, lmh_u32 local, lmh_u32 simdgroups, lmh_u32 lane) {
+    for (lmh_u32 r = local; r < rows; r += simdgroups) {
+        LMH_GLOBAL const lmh_u32 *row = x + (lmh_u64)(row0 + r) * p.hidden;
+        lmh_u8 *to = area + (lmh_u64)r * (p.hidden << 2) + (lane << 4);
+        for (lmh_u32 c = 0u; c < (p.hidden >> 8); c++) lmh_store_lane(to + (c << 10), lmh_load_activations(row, (c << 8) + (lane << 3), p.hidden, LMH_LOAD_WIDE));
+    }
+}
+
+// lmh_matvec from resident rows: the batch in tiles of a pass, T of them; threadgroup g of G
+// takes tile g mod T (and g + G, ... where G < T), copies its rows in, and its simdgroups then
+// run every vocab group that falls to them among the threadgroups of that tile, each a pass
+// against the resident rows, every value of them as lmh_matvec computes it. Threadgroups of
+// one tile and of the next run side by side over the same vocab rows, so a weight read again
+// for another tile is mostly found in the device's cache. Two syncs a tile: the rows are whole
+// before any pass reads them, and every pass is done before the next tile's are copied.
+LMH_FN void lmh_matvec_resident(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_u32 local = simdgroup & ((1u << LMH_THREADGROUP_SHIFT) - 1u);
+    lmh_u32 group = simdgroup >> LMH_THREADGROUP_SHIFT;
+    lmh_u32 groups = simdgroups >> LMH_THREADGROUP_SHIFT;
+    lmh_u32 tiles = (p.rows + LMH_ROWS_PER_PASS - 1u) >> 3;
+    lmh_u8 *area = LMH_THREADGROUP_AREA();
+    // The first tile, and this threadgroup's place among the threadgroups of that tile (by
+    // steps, once: the kernel source divides by shifts only; a later tile has none beside it).
+    lmh_u32 first_tile = group;
+    lmh_u32 place = 0u;
+    for (; first_tile >= tiles; first_tile -= tiles) place++;
+    for (lmh_u32 t = first_tile; t < tiles; t += groups) {
+        lmh_u32 row0 = t << 3;
+        lmh_u32 rows = p.rows - row0 < LMH_ROWS_PER_PASS ? p.rows - row0 : LMH_ROWS_PER_PASS;
+        lmh_u32 sharers = 0u;
+        for (lmh_u32 g = t; g < groups; g += tiles) sharers++;
+        sharers = sharers > 0u ? sharers : 1u;
+        lmh_stage_rows(p, x, row0, rows, area, local, 1u << LMH_THREADGROUP_SHIFT, lane);
+        LMH_THREADGROUP_SYNC();
+        lmh_u64 stride = (lmh_u64)(sharers << LMH_THREADGROUP_SHIFT) * LMH_VOCAB_ROWS_PER_SIMDGROUP;
+        for (lmh_u64 first = (lmh_u64)((place << LMH_THREADGROUP_SHIFT) + local) * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
+            lmh_matvec_rows(p, type, LMH_INPUT_RESIDENT, (LMH_GLOBAL const lmh_u32 *)area, w + first * p.row_bytes, out + (lmh_u64)row0 * p.vocab, first, 0u, rows, lane);
         }
         LMH_THREADGROUP_SYNC();
     }
@@ -1242,6 +1326,12 @@ LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLO
 #if LMH_DECODED > 0
     if (lmh_runs_decoded(p) != 0u) {
         lmh_matvec_decoded(p, type, input, x, w, out, simdgroup, simdgroups, lane);
+        return;
+    }
+#endif
+#if LMH_RESIDENT > 0
+    if (lmh_runs_resident(p) != 0u) {
+        lmh_matvec_resident(p, type, x, w, out, simdgroup, simdgroups, lane);
         return;
     }
 #endif

@@ -340,9 +340,11 @@ test "the emulated kernels equal the CPU backend for every head type, batch size
     }
 }
 
-test "decoded rows: the emulated kernels equal the CPU backend for every head type, batch size and slot order" {
+test "decoded and resident rows: the emulated kernels equal the CPU backend for every head type, batch size and slot order" {
     // Rows of whole chunks (hidden 512 and 768), so that from 8 batch rows the decoded build
-    // decodes each group of vocab rows once and runs every pass from its area.
+    // decodes each group of vocab rows once and runs every pass from its area, and the resident
+    // build copies each tile of a pass's rows into its area at every N (fewer tiles than
+    // simdgroups, and more: a simdgroup then takes several).
     const allocator = std.testing.allocator;
     var prng = std.Random.DefaultPrng.init(0x6465636f646564);
     const random = prng.random();
@@ -352,7 +354,7 @@ test "decoded rows: the emulated kernels equal the CPU backend for every head ty
             defer case.deinit(allocator);
             const reference = try runCpu(allocator, &case, case.pool);
             defer reference.deinit(allocator);
-            for ([_]u32{ 3, 8, 9, 17, 33 }) |n| {
+            for ([_]u32{ 1, 3, 8, 9, 17, 33 }) |n| {
                 var order: [pool_rows]u32 = undefined;
                 random.shuffle(u32, identity(&order));
                 const x = try case.batch(allocator, order[0..n]);
@@ -360,6 +362,9 @@ test "decoded rows: the emulated kernels equal the CPU backend for every head ty
                 const decoded = try runEmulator(emulator.decoded, allocator, &case, x, .{ .threadgroups = 2, .threads = 64 });
                 defer decoded.deinit(allocator);
                 try expectSameRows("decoded emulator", &case, reference, decoded, order[0..n]);
+                const resident = try runEmulator(emulator.resident, allocator, &case, x, .{ .threadgroups = 3, .threads = 32 });
+                defer resident.deinit(allocator);
+                try expectSameRows("resident emulator", &case, reference, resident, order[0..n]);
             }
         }
     }

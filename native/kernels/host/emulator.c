@@ -13,9 +13,10 @@
 // or all must return: anything else is divergence, which a GPU's shuffle does not allow, and
 // fails the dispatch.
 //
-// Built four times by build.zig: with the source's default tuning, and under other symbol
-// prefixes (LMH_EMULATOR) with another tuning, with a ring of stages (LMH_STAGES) and with
-// decoded rows (LMH_DECODED), to show that none changes a bit.
+// Built five times by build.zig: with the source's default tuning, and under other symbol
+// prefixes (LMH_EMULATOR) with another tuning, with a ring of stages (LMH_STAGES), with
+// decoded rows (LMH_DECODED) and with resident rows (LMH_RESIDENT), to show that none changes
+// a bit.
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
@@ -76,17 +77,17 @@ static _Thread_local _Alignas(16) lmh_u8 lmh_emulator_bulk_ring[LMH_EMULATOR_BUL
 #define LMH_BULK_SYNC() lmh_emulator_sync()
 #endif
 
-// kernels.h's decoded rows (LMH_DECODED), as threadgroups of one simdgroup: each simdgroup's
-// area holds LMH_EMULATOR_DECODED_BYTES, and a store outside it, or not 16-byte aligned, fails
-// the dispatch.
-#if defined(LMH_DECODED) && LMH_DECODED > 0
-#define LMH_EMULATOR_DECODED
-#define LMH_EMULATOR_DECODED_BYTES 65536u
+// kernels.h's decoded and resident rows (LMH_DECODED, LMH_RESIDENT), as threadgroups of one
+// simdgroup: each simdgroup's area holds LMH_EMULATOR_AREA_BYTES, and a store outside it, or
+// not 16-byte aligned, fails the dispatch.
+#if (defined(LMH_DECODED) && LMH_DECODED > 0) || (defined(LMH_RESIDENT) && LMH_RESIDENT > 0)
+#define LMH_EMULATOR_AREA
+#define LMH_EMULATOR_AREA_BYTES 65536u
 static void lmh_emulator_store_words4(lmh_u8 *p, lmh_words4 v);
 static void lmh_emulator_sync(void);
-static _Thread_local _Alignas(16) lmh_u8 lmh_emulator_decoded_area[LMH_EMULATOR_DECODED_BYTES];
-#define LMH_DECODED_AREA() lmh_emulator_decoded_area
-#define LMH_DECODED_AREA_BYTES() LMH_EMULATOR_DECODED_BYTES
+static _Thread_local _Alignas(16) lmh_u8 lmh_emulator_area[LMH_EMULATOR_AREA_BYTES];
+#define LMH_THREADGROUP_AREA() lmh_emulator_area
+#define LMH_THREADGROUP_AREA_BYTES() LMH_EMULATOR_AREA_BYTES
 #define LMH_THREADGROUP_SHIFT 0u
 #define LMH_THREADGROUP_SYNC() lmh_emulator_sync()
 LMH_FN void lmh_store_words4(lmh_u8 *p, lmh_words4 v) {
@@ -389,16 +390,16 @@ static lmh_u32 lmh_emulator_shuffle(lmh_u32 bits, lmh_u32 source) {
     return shuffle_round(bits, indexed_shuffle, source);
 }
 
-#ifdef LMH_EMULATOR_DECODED
+#ifdef LMH_EMULATOR_AREA
 static void lmh_emulator_store_words4(lmh_u8 *p, lmh_words4 v) {
     int aligned = ((unsigned long long)p & 15u) == 0u;
-    int in_area = p >= lmh_emulator_decoded_area && p + 16 <= lmh_emulator_decoded_area + LMH_EMULATOR_DECODED_BYTES;
+    int in_area = p >= lmh_emulator_area && p + 16 <= lmh_emulator_area + LMH_EMULATOR_AREA_BYTES;
     if (!aligned || !in_area) fail(current, dispatch_bad_stage);
     memcpy(p, &v, sizeof v);
 }
 #endif
 
-#if defined(LMH_EMULATOR_STAGED) || defined(LMH_EMULATOR_BULK) || defined(LMH_EMULATOR_DECODED)
+#if defined(LMH_EMULATOR_STAGED) || defined(LMH_EMULATOR_BULK) || defined(LMH_EMULATOR_AREA)
 // A simdgroup barrier: a round with no value exchanged.
 static void lmh_emulator_sync(void) {
     (void)lmh_emulator_shuffle_xor(0u, 0u);
@@ -507,11 +508,15 @@ lmh_u64 LMH_EXPORT(bulk_stage_bytes)(lmh_u32 row_bytes) {
 }
 #endif
 
-#ifdef LMH_EMULATOR_DECODED
-// The bytes of a threadgroup's decoded rows at `hidden`, as the kernels take them (the CUDA
-// backend's own formula is tested against it, as the bulk stage's is).
-lmh_u64 LMH_EXPORT(decoded_bytes)(lmh_u32 hidden) {
+#ifdef LMH_EMULATOR_AREA
+// The bytes of a threadgroup's decoded or resident rows at `hidden`, as the kernels take them
+// (the CUDA backend's own formula is tested against it, as the bulk stage's is).
+lmh_u64 LMH_EXPORT(area_bytes)(lmh_u32 hidden) {
+#if LMH_DECODED > 0
     return lmh_decoded_bytes(hidden);
+#else
+    return lmh_resident_bytes(hidden);
+#endif
 }
 #endif
 

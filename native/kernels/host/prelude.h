@@ -8,7 +8,7 @@ typedef unsigned int lmh_u32;
 typedef unsigned long long lmh_u64;
 
 // Plain `static inline`, the compiler's choice: forcing every body inline made each of the
-// emulator's four builds take over a minute of clang (most of `zig build test`), and a call
+// emulator's builds take over a minute of clang (most of `zig build test`), and a call
 // rounds nothing, so the arithmetic is the same either way.
 #define LMH_FN static inline
 #define LMH_GLOBAL
