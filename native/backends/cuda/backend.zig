@@ -181,6 +181,7 @@ comptime {
 /// every other type was slower (3-169%; 4 vocab rows slower for all but F16 at N = 32). From
 /// N = 8 they took 26% and 39% off F16 at N = 8 and 16, 10% and 7% off Q8_0, in two calls; so
 /// F16 and Q8_0 run from resident rows from N = 8, and their 8-row modules no longer decode.
+/// With 12 or 16 vocab rows per warp both were 16-86% slower at every N.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                               .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
