@@ -1030,8 +1030,9 @@ test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape 
         try std.testing.expectEqual(@as(u32, 5), shape.vocab_rows);
         try std.testing.expectEqual(own.chunks_per_step, shape.chunks_per_step);
     };
-    // From a full pass a warp of whole chunks the wide pass runs every type.
-    const p: params.Matvec = .{ .rows = 8 * warps_per_block, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.q6_k), .row_bytes = 210 * 11, .chunks = 11 };
+    // From 8 rows of whole chunks (one pass, where decoded rows need one a warp) the wide pass
+    // runs every type.
+    const p: params.Matvec = .{ .rows = 8, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.q6_k), .row_bytes = 210 * 11, .chunks = 11 };
     try std.testing.expectEqual(wide_pass, passIndex(&forced, p, 227 << 10));
     _ = setenv("LMHEAD_CUDA_RESIDENT", "0", 1);
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
