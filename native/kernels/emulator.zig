@@ -14,7 +14,7 @@ pub const Grid = struct {
 };
 
 /// One build of emulator.c, by its symbol prefix: build.zig builds the source's default
-/// tuning, another one, a staged one, one with decoded rows and one with resident rows.
+/// tuning, another one, a staged one and one with resident rows.
 pub fn Emulator(comptime prefix: []const u8) type {
     return struct {
         const dispatch_c = @extern(*const fn (u32, *const anyopaque, u64, [*]const ?*anyopaque, u32, *const [3]u32, *const [3]u32) callconv(.c) c_int, .{ .name = prefix ++ "_dispatch" });
@@ -72,8 +72,8 @@ pub fn Emulator(comptime prefix: []const u8) type {
             return bulk_stage_bytes_c(row_bytes);
         }
 
-        /// kernels.h's bytes of a threadgroup's decoded or resident rows at `hidden` (the
-        /// builds with them only: `decoded`, of 6 vocab rows per simdgroup, and `resident`).
+        /// kernels.h's bytes of a threadgroup's resident rows at `hidden` (the `resident`
+        /// build only).
         pub fn areaBytes(hidden: u32) u64 {
             return area_bytes_c(hidden);
         }
@@ -100,9 +100,6 @@ pub const retuned = Emulator("lmh_emulator_retuned");
 /// 5 vocab rows per simdgroup, 2 rows per pass, and the quantized types' chunks staged in a
 /// ring of 2 (LMH_STAGES; every copy checked to come from the weights).
 pub const staged = Emulator("lmh_emulator_staged");
-/// 6 vocab rows per simdgroup, 8 rows per pass, and from 8 rows of whole chunks the vocab rows
-/// decoded once into the simdgroup's area, every pass reading them there (LMH_DECODED).
-pub const decoded = Emulator("lmh_emulator_decoded");
 /// 3 vocab rows per simdgroup, 8 rows per pass, and the batch's rows copied a pass at a time
 /// into the simdgroup's area, every pass reading its activations there (LMH_RESIDENT).
 pub const resident = Emulator("lmh_emulator_resident");
@@ -118,7 +115,7 @@ const registry = @import("../core/registry.zig");
 test "every kernel of the registry has an entry point, in every build" {
     var name: [64]u8 = undefined;
     const fixed = [_]registry.Kernel{ .rms_norm, .softcap, .count_non_finite };
-    inline for (.{ default, retuned, staged, decoded, resident }) |build| {
+    inline for (.{ default, retuned, staged, resident }) |build| {
         for (fixed) |k| _ = try build.kernel(k.name(&name));
         for (std.enums.values(formats.Type)) |t| {
             const k: registry.Kernel = .{ .matvec = t };

@@ -65,33 +65,25 @@ LMH_STATIC_ASSERT(LMH_STAGES >= 2u && LMH_STAGES <= 4u, "stages: 0, or 2 to 4");
 LMH_STATIC_ASSERT(LMH_BULK_STAGES >= 2u && LMH_BULK_STAGES <= 4u, "bulk stages: 0, or 2 to 4");
 LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both");
 #endif
-// Decoded rows (0: none, 1: used where they fit), for kernels of 8 rows per pass: a
-// threadgroup decodes a group of vocab rows once, into its threadgroup memory as f32, and its
-// simdgroups run the batch's passes from there, a pass each in turn, so no pass decodes a
-// weight again. Measured on an H200: F32 43% faster at N = 64; Q4_K and Q6_K, whose decode is
-// many small loads, up to 61% slower.
-// Resident rows (0: none, 1: used where they fit), for kernels of 8 rows per pass, the other
-// way round: a threadgroup copies a pass of activation rows once into its threadgroup memory
-// and its simdgroups run their vocab rows against them there, so a pass reads its activations
-// from threadgroup memory and only the weights from device memory. Measured on an H200: F16
-// 23-39% faster than from decoded rows or its own passes at N = 8 to 64 (53% of the FMA floor
-// at N = 64), Q8_0 2-14%; every other type slower. The CUDA backend's tunings say which types
-// take either.
-// Both need the prelude's threadgroup area: LMH_THREADGROUP_AREA() and its bytes,
-// LMH_THREADGROUP_SHIFT (log2 of simdgroups per threadgroup), LMH_THREADGROUP_SYNC() and
-// lmh_store_words4 (CUDA; the emulator's builds of each, as threadgroups of one simdgroup).
-#ifndef LMH_DECODED
-#define LMH_DECODED 0u
-#endif
+// Resident rows (0: none, 1: used where they fit), for kernels of 8 rows per pass: a
+// threadgroup copies a pass of activation rows once into its threadgroup memory and its
+// simdgroups run their vocab rows against them there, so a pass reads its activations from
+// threadgroup memory and only the weights from device memory. Measured on an H200: F16 23-39%
+// faster than from its own passes or decoded rows (a threadgroup's vocab rows decoded once
+// into its memory, since removed) at N = 8 to 64, Q8_0 2-14%, F32 and BF16 13-50% once their
+// weights were loaded a chunk ahead (lmh_matvec_resident_dense); every other type slower. The
+// CUDA backend's tunings say which types take them. They need the prelude's threadgroup area:
+// LMH_THREADGROUP_AREA() and its bytes, LMH_THREADGROUP_SHIFT (log2 of simdgroups per
+// threadgroup), LMH_THREADGROUP_SYNC() and lmh_store_words4 (CUDA; the emulator's resident
+// build, as threadgroups of one simdgroup).
 #ifndef LMH_RESIDENT
 #define LMH_RESIDENT 0u
 #endif
-#if LMH_DECODED > 0 || LMH_RESIDENT > 0
+#if LMH_RESIDENT > 0
 #ifndef LMH_THREADGROUP_AREA
-#error "LMH_DECODED and LMH_RESIDENT need the prelude's threadgroup area"
+#error "LMH_RESIDENT needs the prelude's threadgroup area"
 #endif
-LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_STAGES == 0u && LMH_BULK_STAGES == 0u, "decoded or resident rows: 8 rows per pass, no ring");
-LMH_STATIC_ASSERT(LMH_DECODED == 0u || LMH_RESIDENT == 0u, "decoded rows or resident rows, not both");
+LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_STAGES == 0u && LMH_BULK_STAGES == 0u, "resident rows: 8 rows per pass, no ring");
 #endif
 
 // ggml type ids (numerics/formats.zig Type).
@@ -109,9 +101,6 @@ LMH_STATIC_ASSERT(LMH_DECODED == 0u || LMH_RESIDENT == 0u, "decoded rows or resi
 #define LMH_TYPE_IQ4_NL 20u
 #define LMH_TYPE_IQ4_XS 23u
 #define LMH_TYPE_BF16 30u
-// Not a ggml type: a vocab row decoded to f32 in threadgroup memory (LMH_DECODED), lane l's 8
-// values of a chunk as two words4, at 16·l and 512 + 16·l of the chunk's 1024 bytes.
-#define LMH_TYPE_DECODED 0xDEu
 
 // Every head type as X(name, type id), for the targets' matvec entry points.
 #define LMH_HEAD_TYPES(X)                                                                        \
@@ -701,14 +690,23 @@ LMH_FN float lmh_dense_value(LMH_GLOBAL const lmh_u8 *p, lmh_u32 i, lmh_u32 type
     return lmh_dense_weight(type == LMH_TYPE_F32 ? lmh_load32(p + (i << 2)) : lmh_load16(p + (i << 1)), type);
 }
 
-// The 8 values from a 16-byte aligned p: F32 in two loads, F16 and BF16 in one.
-LMH_FN lmh_f8 lmh_decode_dense_wide(LMH_GLOBAL const lmh_u8 *p, lmh_u32 type) {
-    lmh_words4 a = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)p);
-    lmh_u32 u[4] = { a.x, a.y, a.z, a.w };
+// A lane's 8 dense values of a chunk as loaded, not yet decoded: F32's in a and b, F16's and
+// BF16's in a (b a copy).
+typedef struct { lmh_words4 a, b; } lmh_dense_words;
+
+// The words of the 8 values from a 16-byte aligned p: F32 in two loads, F16 and BF16 in one.
+LMH_FN lmh_dense_words lmh_load_dense_words(LMH_GLOBAL const lmh_u8 *p, lmh_u32 type) {
+    lmh_dense_words d;
+    d.a = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)p);
+    d.b = type == LMH_TYPE_F32 ? lmh_load_words4((LMH_GLOBAL const lmh_u32 *)p + 4) : d.a;
+    return d;
+}
+
+LMH_FN lmh_f8 lmh_dense_words_values(lmh_dense_words d, lmh_u32 type) {
+    lmh_u32 u[4] = { d.a.x, d.a.y, d.a.z, d.a.w };
     lmh_f8 w;
     if (type == LMH_TYPE_F32) {
-        lmh_words4 b = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)p + 4);
-        lmh_u32 v[4] = { b.x, b.y, b.z, b.w };
+        lmh_u32 v[4] = { d.b.x, d.b.y, d.b.z, d.b.w };
         for (lmh_u32 i = 0u; i < 4u; i++) {
             w.v[i] = lmh_dense_weight(u[i], type);
             w.v[4u + i] = lmh_dense_weight(v[i], type);
@@ -720,6 +718,11 @@ LMH_FN lmh_f8 lmh_decode_dense_wide(LMH_GLOBAL const lmh_u8 *p, lmh_u32 type) {
         }
     }
     return w;
+}
+
+// The 8 values from a 16-byte aligned p.
+LMH_FN lmh_f8 lmh_decode_dense_wide(LMH_GLOBAL const lmh_u8 *p, lmh_u32 type) {
+    return lmh_dense_words_values(lmh_load_dense_words(p, type), type);
 }
 
 LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 values, lmh_u32 load, lmh_u32 type) {
@@ -735,8 +738,9 @@ LMH_FN lmh_f8 lmh_decode_dense(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh
     return w;
 }
 
-// A decoded row's 8 values of lane `lane` (LMH_TYPE_DECODED): two 16-byte loads.
-LMH_FN lmh_f8 lmh_decoded_values(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+// Lane `lane`'s 8 values of a chunk of f32 rows in a threadgroup area (lmh_store_lane's
+// layout): two 16-byte loads.
+LMH_FN lmh_f8 lmh_area_values(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
     lmh_words4 a = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)(chunk + (lane << 4)));
     lmh_words4 b = lmh_load_words4((LMH_GLOBAL const lmh_u32 *)(chunk + 512u + (lane << 4)));
     lmh_u32 u[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
@@ -761,7 +765,6 @@ LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
     case LMH_TYPE_Q4_K: return sizeof(lmh_block_q4_k);
     case LMH_TYPE_Q5_K: return sizeof(lmh_block_q5_k);
     case LMH_TYPE_Q6_K: return sizeof(lmh_block_q6_k);
-    case LMH_TYPE_DECODED: return 1024u;
     default: return sizeof(lmh_block_iq4_xs);
     }
 }
@@ -790,8 +793,6 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
         return lmh_decode_q6_k(chunk, lane, s);
     case LMH_TYPE_IQ4_XS:
         return lmh_decode_iq4_xs(chunk, lane, s);
-    case LMH_TYPE_DECODED:
-        return lmh_decoded_values(chunk, lane);
     default:
         return lmh_decode_dense(chunk, lane, values, load, type);
     }
@@ -810,12 +811,12 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
 // whose values are past the dot-operand flush point already: flushing them again would change
 // no bit, so they are read as they are (two instructions per value fewer). With
 // LMH_LOAD_RESIDENT the row is resident (lmh_stage_rows): chunk by chunk, in
-// lmh_decoded_values's layout.
+// lmh_area_values's layout.
 LMH_FN lmh_f8 lmh_load_activations(LMH_GLOBAL const lmh_u32 *row, lmh_u32 first, lmh_u32 values, lmh_u32 load) {
     LMH_GLOBAL const lmh_u32 *p = row + first;
     lmh_u32 all = load != LMH_LOAD_PARTIAL || first + 8u <= values;
     lmh_f8 a;
-    if (load == LMH_LOAD_RESIDENT) return lmh_decoded_values((LMH_GLOBAL const lmh_u8 *)(row + (first & ~255u)), (first & 255u) >> 3);
+    if (load == LMH_LOAD_RESIDENT) return lmh_area_values((LMH_GLOBAL const lmh_u8 *)(row + (first & ~255u)), (first & 255u) >> 3);
     if (load == LMH_LOAD_NORMED) {
         lmh_words4 lo = lmh_load_words4(p);
         lmh_words4 hi = lmh_load_words4(p + 4);
@@ -934,6 +935,21 @@ LMH_FN lmh_scales lmh_refill_table(lmh_u32 type, lmh_u32 group, lmh_scales table
     return r;
 }
 
+// A lane's decoded weights of one chunk, for each vocab row of a pass.
+typedef struct { lmh_f8 row[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } lmh_weights;
+
+// Each activation row of a pass, its lane's 8 values from `at` on, against every vocab row's
+// weights w: one fma per weight and row, in the canonical order.
+LMH_FN lmh_tile lmh_fma_rows(lmh_matvec_params p, LMH_GLOBAL const lmh_u32 *x, lmh_weights w, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 at, lmh_u32 load, lmh_tile acc) {
+    for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
+        lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, load);
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+            for (lmh_u32 i = 0u; i < 8u; i++) acc.v[m][r] = lmh_fma(w.row[m].v[i], y.v[i], acc.v[m][r]);
+        }
+    }
+    return acc;
+}
+
 // Chunk c of a pass, whose bytes in each vocab row start at vocab.row[m]: each decoded
 // weight serves every row of the pass. Each lane's scales come from `table`, refilled for c,
 // whose tables are `group` chunks, or with group 0 from its own unpacking. Every lane runs
@@ -941,8 +957,7 @@ LMH_FN lmh_scales lmh_refill_table(lmh_u32 type, lmh_u32 group, lmh_scales table
 // rows_per_pass, group and load are literals at every call, so the loops unroll and the
 // arrays live in registers.
 LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_scales table, lmh_u32 group, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
-    lmh_u32 at = (c << 8) + (lane << 3);
-    lmh_f8 wv[LMH_VOCAB_ROWS_PER_SIMDGROUP];
+    lmh_weights wv;
     if (group != 0u) {
         // Every row's shuffles before any decode, so their latencies overlap (measured: taken
         // one row at a time, no faster than no table, and up to 19% slower).
@@ -955,15 +970,9 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         lmh_scale_min s = group != 0u ? table.v[m] : lmh_lane_scale(type, vocab.row[m], lane);
         lmh_u32 skew = (vocab.skew[m] + c * lmh_chunk_bytes(type)) & 3u;
-        wv[m] = lmh_decode(type, vocab.row[m], lane, skew, p.hidden - (c << 8), load, s);
+        wv.row[m] = lmh_decode(type, vocab.row[m], lane, skew, p.hidden - (c << 8), load, s);
     }
-    for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
-        lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, load);
-        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
-            for (lmh_u32 i = 0u; i < 8u; i++) acc.v[m][r] = lmh_fma(wv[m].v[i], y.v[i], acc.v[m][r]);
-        }
-    }
-    return acc;
+    return lmh_fma_rows(p, x, wv, row0, rows_per_pass, (c << 8) + (lane << 3), load, acc);
 }
 
 #if LMH_STAGES > 0 || LMH_BULK_STAGES > 0
@@ -1032,11 +1041,36 @@ LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_
 }
 #endif
 
+#if LMH_RESIDENT > 0
+// lmh_matvec_whole_chunks for a dense type from resident rows: chunk c + 1's weight words are
+// loaded before chunk c's fmas, so a pass waits on memory once per chunk, not once per vocab
+// row. Left to itself NVRTC loads F32's and BF16's rows one at a time into the same registers,
+// each just before its decode (bench/results/cuda-h200.md).
+LMH_FN lmh_tile lmh_matvec_resident_dense(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane, lmh_tile acc) {
+    lmh_u32 chunks = p.hidden >> 8;
+    lmh_u32 lane_bytes = lane << (type == LMH_TYPE_F32 ? 5u : 4u);
+    lmh_dense_words next[LMH_VOCAB_ROWS_PER_SIMDGROUP];
+    for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) next[m] = lmh_load_dense_words(vocab.row[m] + lane_bytes, type);
+    for (lmh_u32 c = 0u; c < chunks; c++) {
+        lmh_weights wv;
+        for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
+            wv.row[m] = lmh_dense_words_values(next[m], type);
+            if (c + 1u < chunks) next[m] = lmh_load_dense_words(vocab.row[m] + (c + 1u) * lmh_chunk_bytes(type) + lane_bytes, type);
+        }
+        acc = lmh_fma_rows(p, x, wv, row0, rows_per_pass, (c << 8) + (lane << 3), LMH_LOAD_RESIDENT, acc);
+    }
+    return acc;
+}
+#endif
+
 // The chunks of a pass that every lane fills, read as `load` says (a literal), in steps of
 // LMH_CHUNKS_PER_STEP (1 or 2), then the odd one left.
 LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
+#if LMH_RESIDENT > 0
+    if (load == LMH_LOAD_RESIDENT && lmh_dense(type) != 0u) return lmh_matvec_resident_dense(p, type, x, vocab, row0, rows_per_pass, lane, acc);
+#endif
 #if LMH_STAGES > 0
-    if (lmh_dense(type) == 0u && type != LMH_TYPE_DECODED) return lmh_matvec_staged_chunks(p, type, x, vocab, row0, rows_per_pass, load, lane, acc);
+    if (lmh_dense(type) == 0u) return lmh_matvec_staged_chunks(p, type, x, vocab, row0, rows_per_pass, load, lane, acc);
 #endif
     lmh_u32 chunks = p.hidden >> 8;
     lmh_u32 group = lmh_table_chunks(type);
@@ -1186,8 +1220,8 @@ LMH_FN void lmh_matvec_bulk(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LM
 }
 #endif
 
-#if LMH_DECODED > 0 || LMH_RESIDENT > 0
-// A lane's 8 values of a chunk, stored where lmh_decoded_values reads them: `to` is the
+#if LMH_RESIDENT > 0
+// A lane's 8 values of a chunk, stored where lmh_area_values reads them: `to` is the
 // chunk's place plus lane·16 bytes.
 LMH_FN void lmh_store_lane(lmh_u8 *to, lmh_f8 v) {
     lmh_words4 lo = { lmh_as_uint(v.v[0]), lmh_as_uint(v.v[1]), lmh_as_uint(v.v[2]), lmh_as_uint(v.v[3]) };
@@ -1195,66 +1229,7 @@ LMH_FN void lmh_store_lane(lmh_u8 *to, lmh_f8 v) {
     lmh_store_words4(to, lo);
     lmh_store_words4(to + 512u, hi);
 }
-#endif
 
-#if LMH_DECODED > 0
-// Bytes of a threadgroup's decoded rows: a group of vocab rows of `hidden` f32 values.
-LMH_FN lmh_u64 lmh_decoded_bytes(lmh_u32 hidden) {
-    return (lmh_u64)LMH_VOCAB_ROWS_PER_SIMDGROUP * hidden * 4u;
-}
-
-// Whether a matvec runs from decoded rows: whole chunks only (a partial one is read with a
-// bounds test that a decoded row would have to repeat), a full pass for every simdgroup of
-// the threadgroup (fewer rows leave simdgroups idle while one decodes for nothing), and an
-// area that holds the group (the host gives one only where it does; 0 bytes otherwise).
-LMH_FN lmh_u32 lmh_runs_decoded(lmh_matvec_params p) {
-    return (p.hidden & 255u) == 0u && p.rows >= (8u << LMH_THREADGROUP_SHIFT) && lmh_decoded_bytes(p.hidden) <= LMH_THREADGROUP_AREA_BYTES();
-}
-
-// Vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP) that exist, decoded into `area` (row m at
-// m·hidden·4, in lmh_decoded_values's layout), simdgroup `local` of the threadgroup's
-// `simdgroups` decoding rows local, local + simdgroups, ...: each value exactly as a pass
-// decodes it (lmh_matvec_chunk: its own scale, its chunk's skew; dense rows by 16-byte loads,
-// as a pass reads them: rows of whole chunks are a multiple of 16 bytes).
-LMH_FN void lmh_decode_rows(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u8 *w, lmh_u64 first, lmh_u8 *area, lmh_u32 local, lmh_u32 simdgroups, lmh_u32 lane) {
-    lmh_u32 chunks = p.hidden >> 8;
-    for (lmh_u32 m = local; m < LMH_VOCAB_ROWS_PER_SIMDGROUP && first + m < p.vocab; m += simdgroups) {
-        LMH_GLOBAL const lmh_u8 *row = w + (first + m) * p.row_bytes;
-        lmh_u32 skew = (lmh_u32)((first + m) * p.row_bytes) & 3u;
-        lmh_u8 *to = area + (lmh_u64)m * (p.hidden << 2) + (lane << 4);
-        for (lmh_u32 c = 0u; c < chunks; c++) {
-            LMH_GLOBAL const lmh_u8 *chunk = row + c * lmh_chunk_bytes(type);
-            lmh_scale_min s = lmh_lane_scale(type, chunk, lane);
-            lmh_u32 chunk_skew = (skew + c * lmh_chunk_bytes(type)) & 3u;
-            lmh_store_lane(to + (c << 10), lmh_decode(type, chunk, lane, chunk_skew, 256u, LMH_LOAD_WIDE, s));
-        }
-    }
-}
-
-// lmh_matvec from decoded rows: threadgroup g of G takes groups of vocab rows g, g + G, ...;
-// its simdgroups decode each group together, then simdgroup k runs the passes of activation
-// rows [8k, 8k + 8), [8(k + S), +8), ... (S simdgroups; the last rows in passes of halving
-// size), every value of them as lmh_matvec computes it. Two syncs a group: the rows are whole
-// before any pass reads them, and every pass is done before the next group's are written.
-LMH_FN void lmh_matvec_decoded(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u32 *out, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
-    lmh_u32 local = simdgroup & ((1u << LMH_THREADGROUP_SHIFT) - 1u);
-    lmh_u64 stride = (lmh_u64)(simdgroups >> LMH_THREADGROUP_SHIFT) * LMH_VOCAB_ROWS_PER_SIMDGROUP;
-    lmh_u8 *area = LMH_THREADGROUP_AREA();
-    lmh_matvec_params d = p;
-    d.row_bytes = p.hidden << 2;
-    for (lmh_u64 first = (lmh_u64)(simdgroup >> LMH_THREADGROUP_SHIFT) * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
-        lmh_decode_rows(p, type, w, first, area, local, 1u << LMH_THREADGROUP_SHIFT, lane);
-        LMH_THREADGROUP_SYNC();
-        for (lmh_u32 row0 = local << 3; row0 < p.rows; row0 += 8u << LMH_THREADGROUP_SHIFT) {
-            lmh_u32 end = p.rows - row0 < 8u ? p.rows : row0 + 8u;
-            lmh_matvec_rows(d, LMH_TYPE_DECODED, input, x, area, out, first, row0, end, lane);
-        }
-        LMH_THREADGROUP_SYNC();
-    }
-}
-#endif
-
-#if LMH_RESIDENT > 0
 // Bytes of a threadgroup's resident rows: a pass of activation rows of `hidden` f32 values.
 LMH_FN lmh_u64 lmh_resident_bytes(lmh_u32 hidden) {
     return (lmh_u64)LMH_ROWS_PER_PASS * hidden * 4u;
@@ -1267,7 +1242,7 @@ LMH_FN lmh_u32 lmh_runs_resident(lmh_matvec_params p) {
 }
 
 // Activation rows [row0, +rows) of x copied into `area` (row r at r·hidden·4, chunk by chunk in
-// lmh_decoded_values's layout), flushed as a pass reads them, by simdgroup `local` of the
+// lmh_area_values's layout), flushed as a pass reads them, by simdgroup `local` of the
 // threadgroup's `simdgroups`: rows local, local + simdgroups, ...
 LMH_FN void lmh_stage_rows(lmh_matvec_params p, LMH_GLOBAL const lmh_u32 *x, lmh_u32 row0, lmh_u32 rows, lmh_u8 *area, lmh_u32 local, lmh_u32 simdgroups, lmh_u32 lane) {
     for (lmh_u32 r = local; r < rows; r += simdgroups) {
@@ -1320,12 +1295,6 @@ LMH_FN void lmh_matvec(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLO
     lmh_u64 stage_bytes = lmh_bulk_stage_bytes(p.row_bytes);
     if (lmh_dense(type) == 0u && LMH_BULK_STAGES * stage_bytes <= LMH_BULK_RING_BYTES()) {
         lmh_matvec_bulk(p, type, input, x, w, out, simdgroup, simdgroups, lane, LMH_BULK_RING(), stage_bytes);
-        return;
-    }
-#endif
-#if LMH_DECODED > 0
-    if (lmh_runs_decoded(p) != 0u) {
-        lmh_matvec_decoded(p, type, input, x, w, out, simdgroup, simdgroups, lane);
         return;
     }
 #endif

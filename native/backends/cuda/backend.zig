@@ -22,9 +22,9 @@ const threads_per_block = 32 * warps_per_block;
 /// that bandwidth needs. A module is compiled when a call first needs it (an 8-row one takes
 /// NVRTC 14-33 s on 2 cores), the 1-row ones when the device opens. The last, `wide_pass`,
 /// runs 8 rows per pass again, only for the types its tuning lists and only where they run
-/// from decoded rows (from N = 32) or resident rows (from N = 8): a module of its own for
-/// such a type, as NVRTC compiles a type's own 8-row passes worse beside decoded rows (F32: 2.4
-/// times as slow at N = 8 and 16, bench/results/cuda-h200.md).
+/// from resident rows (from N = 8): a module of its own, as NVRTC compiled F32's own 8-row
+/// passes 2.4 times as slow at N = 8 and 16 beside rows in shared memory in one module
+/// (decoded rows then, bench/results/cuda-h200.md).
 pub const pass_sizes = [_]u32{ 1, 2, 4, 8, 8 };
 const wide_pass = pass_sizes.len - 1;
 /// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
@@ -34,10 +34,9 @@ const wide_pass = pass_sizes.len - 1;
 /// stages of the ring a quantized type's chunks arrive in by asynchronous copies (0: none),
 /// or of the ring its whole vocab rows arrive in by bulk copies (0: none; not both), the
 /// chunks a step of the chunk loop takes (1 or 2: two let a warp have the second's loads in
-/// flight while it computes the first), whether a block decodes its vocab rows once into
-/// shared memory for its warps' passes (kernels.h LMH_DECODED), or copies a pass of activation
-/// rows once into shared memory for its warps' vocab rows (LMH_RESIDENT; either: 8 rows per
-/// pass, no ring).
+/// flight while it computes the first), whether a block copies a pass of activation rows once
+/// into shared memory for its warps' vocab rows (kernels.h LMH_RESIDENT: 8 rows per pass, no
+/// ring).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
@@ -45,7 +44,6 @@ pub const Shape = struct {
     stages: u32 = 0,
     bulk: u32 = 0,
     chunks_per_step: u32 = 1,
-    decoded: bool = false,
     resident: bool = false,
 };
 
@@ -60,7 +58,7 @@ pub const Tuning = struct {
     /// The head types whose modules the pass has (null: every one).
     types: ?[]const formats.Type = null,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
-    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null, decoded: ?bool = null, resident: ?bool = null } = .{},
+    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null, resident: ?bool = null } = .{},
 
     pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
         var shape = tuning.shape;
@@ -74,7 +72,6 @@ pub const Tuning = struct {
             .stages = tuning.forced.stages orelse shape.stages,
             .bulk = tuning.forced.bulk orelse shape.bulk,
             .chunks_per_step = tuning.forced.chunks_per_step orelse shape.chunks_per_step,
-            .decoded = tuning.forced.decoded orelse shape.decoded,
             .resident = tuning.forced.resident orelse shape.resident,
         };
     }
@@ -115,26 +112,20 @@ fn validShape(shape: Shape) bool {
         shape.stages * shape.vocab_rows * params.stage_row_bytes * warps_per_block <= max_ring_bytes_per_block);
     const bulk_valid = shape.bulk == 0 or (shape.bulk >= 2 and shape.bulk <= 4 and shape.stages == 0);
     const chunks_valid = shape.chunks_per_step == 1 or shape.chunks_per_step == 2;
-    const area_valid = !(shape.decoded and shape.resident) and (!usesArea(shape) or (shape.stages == 0 and shape.bulk == 0));
+    const area_valid = !shape.resident or (shape.stages == 0 and shape.bulk == 0);
     return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid and bulk_valid and chunks_valid and area_valid;
-}
-
-/// Whether `shape` runs from decoded or resident rows, where they fit (areaBytes).
-fn usesArea(shape: Shape) bool {
-    return shape.decoded or shape.resident;
 }
 
 comptime {
     for (formats.all) |f| std.debug.assert(@backingInt(f.type) < 32); // typesWith's bits
     std.debug.assert(std.math.isPowerOfTwo(warps_per_block)); // prelude.cuh's bulk ring splits a block's shared memory by a shift
     for (tunings, pass_sizes) |t, size| {
-        std.debug.assert(validShape(t.shape) and (!usesArea(t.shape) or size == 8));
-        for (t.shape_of) |o| std.debug.assert(validShape(o[1]) and (!usesArea(o[1]) or size == 8));
+        std.debug.assert(validShape(t.shape) and (!t.shape.resident or size == 8));
+        for (t.shape_of) |o| std.debug.assert(validShape(o[1]) and (!o[1].resident or size == 8));
     }
-    // Only the wide pass lists its types, and it runs them from decoded or resident rows (its
-    // reason).
+    // Only the wide pass lists its types, and it runs them from resident rows (its reason).
     for (tunings[0..wide_pass]) |t| std.debug.assert(t.types == null);
-    for (tunings[wide_pass].types.?) |t| std.debug.assert(usesArea(tunings[wide_pass].shapeOf(@backingInt(t))));
+    for (tunings[wide_pass].types.?) |t| std.debug.assert(tunings[wide_pass].shapeOf(@backingInt(t)).resident);
 }
 
 /// Per pass size, measured on an H200 (bench/results/cuda-h200.md). Vocab rows per warp: 4, 8
@@ -167,9 +158,10 @@ comptime {
 /// 4%), and again faster in a second call (Q2_K 10%, Q3_K 7%, Q4_K, Q5_0 and Q5_1 5-6%, Q5_K
 /// and Q6_K 2-3%); Q8_0 5-30% and Q4_0 0-17% slower with any, IQ4_NL and IQ4_XS within 2% or
 /// slower. A type's prefetch then applies only where the ring does not fit. At 8 rows per pass,
-/// decoded rows (kernels.h LMH_DECODED, from N = 32), measured for F32, F16, Q8_0, Q4_K and
-/// Q6_K at N = 32 and 64, then in builds that take them at N = 8 to 64 in two calls: taken by
-/// F16 and Q8_0 (21-22% less at N = 64, 1-10% at N = 8 to 32, faster at every N); F32 was 43%
+/// decoded rows (a block's vocab rows decoded once into shared memory, since removed; from
+/// N = 32), measured for F32, F16, Q8_0, Q4_K and Q6_K at N = 32 and 64, then in builds that
+/// take them at N = 8 to 64 in two calls: taken by F16 and Q8_0 (21-22% less at N = 64, 1-10%
+/// at N = 8 to 32, faster at every N); F32 was 43%
 /// faster at N = 64 but its module, holding both paths, 2.4 times as slow at N = 8 and 16, so
 /// it runs them in a module of its own, the wide pass, from N = 32. Measured for every type
 /// (one call, two runs): the other eleven were slower with them at N = 32 (17-99%) and most
@@ -181,7 +173,12 @@ comptime {
 /// every other type was slower (3-169%; 4 vocab rows slower for all but F16 at N = 32). From
 /// N = 8 they took 26% and 39% off F16 at N = 8 and 16, 10% and 7% off Q8_0, in two calls; so
 /// F16 and Q8_0 run from resident rows from N = 8, and their 8-row modules no longer decode.
-/// With 12 or 16 vocab rows per warp both were 16-86% slower at every N.
+/// With 12 or 16 vocab rows per warp both were 16-86% slower at every N. With a dense type's
+/// weights loaded a chunk ahead from resident rows (kernels.h lmh_matvec_resident_dense;
+/// NVRTC had issued F32's and BF16's loads one vocab row at a time), one call, two runs: F32
+/// from resident rows took 30%, 50%, 32% and 16% off its decoded or own rows' time at N = 8,
+/// 16, 32 and 64, BF16 13%, 35%, 29% and 17%, F16 2-6% off its resident rows' time; so F32 and
+/// BF16 run from resident rows from N = 8 too, and no type from decoded rows (removed).
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                               .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
@@ -209,8 +206,8 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } }, .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true } },  .{ .q6_k, .{ .vocab_rows = 8, .stages = 3 } },
         .{ .q5_k, .{ .vocab_rows = 8, .stages = 3 } },      .{ .iq4_nl, .{ .vocab_rows = 8, .stages = 3 } },
     } },
-    .{ .shape = .{ .vocab_rows = 8, .chunks_per_step = 2, .decoded = true }, .types = &.{ .f32, .bf16, .f16, .q8_0 }, .shape_of = &.{
-        .{ .bf16, .{ .vocab_rows = 8, .decoded = true } }, .{ .f16, .{ .vocab_rows = 8, .resident = true } }, .{ .q8_0, .{ .vocab_rows = 8, .resident = true } },
+    .{ .shape = .{ .vocab_rows = 8, .resident = true }, .types = &.{ .f32, .bf16, .f16, .q8_0 }, .shape_of = &.{
+        .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2, .resident = true } },
     } },
 };
 
@@ -218,9 +215,8 @@ pub const tunings = [pass_sizes.len]Tuning{
 /// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM and
 /// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches, `LMHEAD_CUDA_STAGES` (0, or 2
 /// to 4) every type's ring, `LMHEAD_CUDA_CHUNKS_PER_STEP` (1 or 2) every type's step,
-/// `LMHEAD_CUDA_DECODED` (0 or 1) whether every type's 8-row passes run from decoded rows, and
-/// `LMHEAD_CUDA_RESIDENT` (1 to 16) that the wide pass holds every type from resident rows, with
-/// that many vocab rows per warp, each in its 8-row shape otherwise, with no ring.
+/// and `LMHEAD_CUDA_RESIDENT` (1 to 16) that the wide pass holds every type from resident rows,
+/// with that many vocab rows per warp, each in its 8-row shape otherwise, with no ring.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
     const vocab_rows = try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows);
@@ -231,39 +227,23 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     const bulk = try envCount("LMHEAD_CUDA_BULK", 0, 4);
     if (bulk == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK=1: expected 0, or 2 to 4", .{});
     const chunks_per_step = try envCount("LMHEAD_CUDA_CHUNKS_PER_STEP", 1, 2);
-    const decoded = try envCount("LMHEAD_CUDA_DECODED", 0, 1);
     const resident = try envCount("LMHEAD_CUDA_RESIDENT", 1, max_vocab_rows);
     const ring = (bulk orelse 0) > 0 or (stages orelse 0) > 0;
     if ((bulk orelse 0) > 0 and (stages orelse 0) > 0) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK and LMHEAD_CUDA_STAGES: a bulk ring or a ring of chunks, not both", .{});
-    if (decoded == 1 and ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_DECODED=1 and a ring (LMHEAD_CUDA_STAGES, LMHEAD_CUDA_BULK): decoded rows or a ring, not both", .{});
-    if (resident != null and (decoded != null or ring)) return fail(error.InvalidArgument, "LMHEAD_CUDA_RESIDENT with LMHEAD_CUDA_DECODED or a ring: resident rows alone", .{});
+    if (resident != null and ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_RESIDENT with a ring (LMHEAD_CUDA_STAGES, LMHEAD_CUDA_BULK): resident rows or a ring, not both", .{});
     if (resident != null) result[wide_pass] = .{ .shape = tunings[wide_pass - 1].shape, .shape_of = tunings[wide_pass - 1].shape_of };
-    for (&result, pass_sizes, 0..) |*t, size, i| {
+    for (&result, 0..) |*t, i| {
         t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk, .chunks_per_step = chunks_per_step };
-        // A forced ring of either kind replaces the other, and decoded or resident rows;
-        // forced decoded rows (in the modules of 8 rows per pass) replace either ring and
-        // resident rows.
+        // A forced ring of either kind replaces the other, and resident rows.
         if (bulk != null and bulk.? > 0 and stages == null) t.forced.stages = 0;
         if (stages != null and stages.? > 0 and bulk == null) t.forced.bulk = 0;
-        if (ring) {
-            t.forced.decoded = false;
-            t.forced.resident = false;
-        }
+        if (ring) t.forced.resident = false;
         if (resident != null and i == wide_pass) {
             t.forced.vocab_rows = resident;
             t.forced.prefetch = false;
             t.forced.stages = 0;
             t.forced.bulk = 0;
-            t.forced.decoded = false;
             t.forced.resident = true;
-        }
-        if (decoded != null and size == 8) {
-            t.forced.decoded = decoded.? == 1;
-            if (decoded.? == 1) {
-                t.forced.stages = 0;
-                t.forced.bulk = 0;
-                t.forced.resident = false;
-            }
         }
         for (formats.all) |f| {
             const shape = t.shapeOf(@backingInt(f.type));
@@ -294,7 +274,7 @@ fn hasNormedEntry(pass: usize) bool {
 }
 
 /// The pass whose module runs matvec `p`: the wide pass where it holds the type and would run
-/// it from decoded or resident rows (of at most `max_shared_bytes`), else the smallest pass
+/// it from resident rows (of at most `max_shared_bytes`), else the smallest pass
 /// size that holds its rows (the largest past it).
 fn passIndex(passes: *const [pass_sizes.len]Tuning, p: params.Matvec, max_shared_bytes: u32) usize {
     const wide = passes[wide_pass];
@@ -318,7 +298,6 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_STAGES", shape.stages },
         .{ "LMH_BULK_STAGES", shape.bulk },
         .{ "LMH_CUDA_NORMED_ENTRY", @intFromBool(hasNormedEntry(pass)) },
-        .{ "LMH_DECODED", @intFromBool(shape.decoded) },
         .{ "LMH_RESIDENT", @intFromBool(shape.resident) },
         .{ "LMH_THREADGROUP_SHIFT", std.math.log2_int(u32, warps_per_block) },
     };
@@ -567,9 +546,9 @@ pub const Backend = struct {
             if ((types >> @backingInt(f.type)) & 1 != 0) {
                 const raw = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
                 found[t] = .{ raw, if (hasNormedEntry(pass)) try backend.function(m, "matvec_" ++ f.name ++ "_normed_f32") else raw };
-                // A bulk ring and decoded or resident rows are dynamic shared memory, past the
-                // 48 KiB a kernel gets unasked.
-                if (shape.bulk != 0 or usesArea(shape)) for (found[t]) |entry| try backend.cuda.check(backend.cuda.cuFuncSetAttribute(entry, driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes)), "cuFuncSetAttribute");
+                // A bulk ring and resident rows are dynamic shared memory, past the 48 KiB a
+                // kernel gets unasked.
+                if (shape.bulk != 0 or shape.resident) for (found[t]) |entry| try backend.cuda.check(backend.cuda.cuFuncSetAttribute(entry, driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes)), "cuFuncSetAttribute");
             }
         }
         // Kept only once every entry point is found: a module unloaded on failure stays out.
@@ -744,15 +723,13 @@ pub const Backend = struct {
                 const normed = @intFromBool(c.params.input_flushed != 0);
                 const f = k.matvec[pass][formatIndex(c.params.type_id)][normed];
                 var grid = warpGrid(c.params.vocab, shape.vocab_rows);
-                // A shape has a bulk ring or decoded or resident rows, one at most (validShape).
+                // A shape has a bulk ring or resident rows, one at most (validShape).
                 const ring = bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
                 const area = areaBytes(shape, c.params, backend.max_block_shared_bytes);
                 std.debug.assert(ring == 0 or area == 0);
                 // Persistent blocks, as many as the SMs hold: each warp's ring runs ahead across
                 // the groups of vocab rows it computes.
                 if (ring != 0) grid = @min(grid, try backend.heldBlocks(pass, c.params.type_id, normed, ring) * backend.multiprocessors);
-                // Decoded rows: a block a group of vocab rows, its warps sharing them.
-                if (area != 0 and shape.decoded) grid = std.math.divCeil(u32, c.params.vocab, shape.vocab_rows) catch unreachable;
                 // Resident rows: persistent blocks too, as many for each tile of 8 rows (kernels.h
                 // lmh_matvec_resident), so every tile's vocab rows are shared alike.
                 if (area != 0 and shape.resident) {
@@ -893,16 +870,12 @@ fn bulkRingBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
     return if (bytes <= max_bytes) @intCast(bytes) else 0;
 }
 
-/// A block's decoded or resident rows for a matvec of `shape` (kernels.h LMH_DECODED,
-/// LMH_RESIDENT): `vocab_rows` vocab rows, or a pass of 8 activation rows, of hidden f32 values
-/// (lmh_decoded_bytes, lmh_resident_bytes). 0 where the kernel does not run from them (partial
-/// chunks; fewer rows than a full pass, for decoded rows a full pass a warp: fewer leave warps
-/// idle while one decodes) or they exceed `max_bytes`.
+/// A block's resident rows for a matvec of `shape` (kernels.h LMH_RESIDENT): a pass of 8
+/// activation rows of hidden f32 values (lmh_resident_bytes). 0 where the kernel does not run
+/// from them (partial chunks; fewer rows than a pass) or they exceed `max_bytes`.
 fn areaBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
-    const min_rows: u32 = if (shape.decoded) 8 * warps_per_block else 8;
-    if (!usesArea(shape) or p.hidden % 256 != 0 or p.rows < min_rows) return 0;
-    const rows: u64 = if (shape.decoded) shape.vocab_rows else 8;
-    const bytes = rows * p.hidden * 4;
+    if (!shape.resident or p.hidden % 256 != 0 or p.rows < 8) return 0;
+    const bytes = @as(u64, 8) * p.hidden * 4;
     return if (bytes <= max_bytes) @intCast(bytes) else 0;
 }
 
@@ -990,31 +963,9 @@ test "LMHEAD_CUDA_STAGES sets every type's ring; 1 stage, or rings over 48 KiB a
     _ = try tuningsFromEnv();
 }
 
-test "LMHEAD_CUDA_DECODED sets the 8-row passes' decoded rows in place of a ring; with a ring it is an error that says so" {
-    defer _ = unsetenv("LMHEAD_CUDA_DECODED");
-    defer _ = unsetenv("LMHEAD_CUDA_STAGES");
-    _ = setenv("LMHEAD_CUDA_DECODED", "1", 1);
-    for (try tuningsFromEnv(), pass_sizes, tunings) |tuning, size, unforced| for (formats.all) |f| {
-        const shape = tuning.shapeOf(@backingInt(f.type));
-        try std.testing.expectEqual(size == 8 or unforced.shapeOf(@backingInt(f.type)).decoded, shape.decoded);
-        if (size == 8) try std.testing.expectEqual(@as(u32, 0), shape.stages + shape.bulk);
-    };
-    _ = setenv("LMHEAD_CUDA_DECODED", "0", 1);
-    for (try tuningsFromEnv()) |tuning| for (formats.all) |f| try std.testing.expect(!tuning.shapeOf(@backingInt(f.type)).decoded);
-    _ = setenv("LMHEAD_CUDA_DECODED", "2", 1);
-    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
-    _ = setenv("LMHEAD_CUDA_DECODED", "1", 1);
-    _ = setenv("LMHEAD_CUDA_STAGES", "3", 1);
-    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
-    try std.testing.expect(std.mem.indexOf(u8, status.message(), "decoded rows or a ring, not both") != null);
-    // A forced ring alone replaces the tuning's decoded rows.
-    _ = unsetenv("LMHEAD_CUDA_DECODED");
-    for (try tuningsFromEnv()) |tuning| for (formats.all) |f| try std.testing.expect(!tuning.shapeOf(@backingInt(f.type)).decoded);
-}
-
-test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape from resident rows with the vocab rows it names; with decoded rows it is an error" {
+test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape from resident rows with the vocab rows it names; with a ring it is an error" {
     defer _ = unsetenv("LMHEAD_CUDA_RESIDENT");
-    defer _ = unsetenv("LMHEAD_CUDA_DECODED");
+    defer _ = unsetenv("LMHEAD_CUDA_STAGES");
     _ = setenv("LMHEAD_CUDA_RESIDENT", "5", 1);
     const forced = try tuningsFromEnv();
     for (forced, tunings, 0..) |tuning, unforced, i| for (formats.all) |f| {
@@ -1025,13 +976,12 @@ test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape 
             continue;
         }
         const own = tunings[wide_pass - 1].shapeOf(id);
-        try std.testing.expect(tuning.holds(id) and shape.resident and !shape.decoded and !shape.prefetch);
+        try std.testing.expect(tuning.holds(id) and shape.resident and !shape.prefetch);
         try std.testing.expectEqual(@as(u32, 0), shape.stages + shape.bulk);
         try std.testing.expectEqual(@as(u32, 5), shape.vocab_rows);
         try std.testing.expectEqual(own.chunks_per_step, shape.chunks_per_step);
     };
-    // From 8 rows of whole chunks (one pass, where decoded rows need one a warp) the wide pass
-    // runs every type.
+    // From 8 rows of whole chunks (one pass) the wide pass runs every type.
     const p: params.Matvec = .{ .rows = 8, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.q6_k), .row_bytes = 210 * 11, .chunks = 11 };
     try std.testing.expectEqual(wide_pass, passIndex(&forced, p, 227 << 10));
     _ = setenv("LMHEAD_CUDA_RESIDENT", "0", 1);
@@ -1039,9 +989,9 @@ test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape 
     _ = setenv("LMHEAD_CUDA_RESIDENT", "17", 1);
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
     _ = setenv("LMHEAD_CUDA_RESIDENT", "4", 1);
-    _ = setenv("LMHEAD_CUDA_DECODED", "1", 1);
+    _ = setenv("LMHEAD_CUDA_STAGES", "3", 1);
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
-    try std.testing.expect(std.mem.indexOf(u8, status.message(), "resident rows alone") != null);
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "resident rows or a ring, not both") != null);
 }
 
 test "LMHEAD_CUDA_BULK sets every type's bulk ring in place of a ring of chunks; 1 stage is an error that says so" {
@@ -1106,35 +1056,27 @@ test "a bulk stage is as large as the kernels take it, or they would read the we
     }
 }
 
-test "decoded and resident rows are as large as the kernels take them, and given only where the kernels run from them" {
+test "resident rows are as large as the kernels take them, and given only where the kernels run from them" {
     const emulator = @import("../../kernels/emulator.zig");
-    const decoded: Shape = .{ .vocab_rows = 6, .decoded = true }; // emulator.decoded's 6 vocab rows
     const resident: Shape = .{ .vocab_rows = 3, .resident = true };
     var p: params.Matvec = .{ .rows = 32, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.f16), .row_bytes = 2 * 2816, .chunks = 11 };
     for ([_]u32{ 256, 2816, 4096 }) |hidden| {
         p.hidden = hidden;
-        try std.testing.expectEqual(emulator.decoded.areaBytes(hidden), areaBytes(decoded, p, 227 << 10));
         try std.testing.expectEqual(emulator.resident.areaBytes(hidden), areaBytes(resident, p, 227 << 10));
     }
+    // From a full pass of whole chunks; not for a shape without them, fewer rows than a pass, a
+    // partial chunk, or rows past what a block holds.
     p.hidden = 2816;
-    // Not for a shape without them, fewer rows than a full pass (decoded rows: a full pass a
-    // warp), a partial chunk, or rows past what a block holds.
     p.rows = 8;
-    try std.testing.expectEqual(@as(u32, 0), areaBytes(decoded, p, 227 << 10));
     try std.testing.expect(areaBytes(resident, p, 227 << 10) != 0);
-    for ([_]Shape{ decoded, resident }) |shape| {
-        p.rows = 32;
-        p.hidden = 2816;
-        try std.testing.expect(areaBytes(shape, p, 227 << 10) != 0);
-        try std.testing.expectEqual(@as(u32, 0), areaBytes(.{ .vocab_rows = shape.vocab_rows }, p, 227 << 10));
-        p.rows = if (shape.decoded) 8 * warps_per_block - 1 else 7;
-        try std.testing.expectEqual(@as(u32, 0), areaBytes(shape, p, 227 << 10));
-        p.rows = 64;
-        p.hidden = 2817;
-        try std.testing.expectEqual(@as(u32, 0), areaBytes(shape, p, 227 << 10));
-        p.hidden = 16384;
-        try std.testing.expectEqual(@as(u32, 0), areaBytes(shape, p, 227 << 10));
-    }
+    try std.testing.expectEqual(@as(u32, 0), areaBytes(.{ .vocab_rows = resident.vocab_rows }, p, 227 << 10));
+    p.rows = 7;
+    try std.testing.expectEqual(@as(u32, 0), areaBytes(resident, p, 227 << 10));
+    p.rows = 64;
+    p.hidden = 2817;
+    try std.testing.expectEqual(@as(u32, 0), areaBytes(resident, p, 227 << 10));
+    p.hidden = 16384;
+    try std.testing.expectEqual(@as(u32, 0), areaBytes(resident, p, 227 << 10));
 }
 
 test "a pass size's shapes are its modules: each once, together holding every head type the pass holds" {
@@ -1152,24 +1094,22 @@ test "a pass size's shapes are its modules: each once, together holding every he
     }
 }
 
-test "N rows run in the smallest pass that holds them, or in the wide pass where it holds the type and would run it from decoded or resident rows" {
+test "N rows run in the smallest pass that holds them, or in the wide pass where it holds the type and would run it from resident rows" {
     const max_shared_bytes = 227 << 10; // an H200
     var half: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.q6_k), .row_bytes = 210 * 11, .chunks = 11 };
     var single: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.f32), .row_bytes = 4 * 2816, .chunks = 11 };
     var resident: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.f16), .row_bytes = 2 * 2816, .chunks = 11 };
     try std.testing.expect(!tunings[wide_pass].holds(half.type_id) and tunings[wide_pass].holds(single.type_id));
-    try std.testing.expect(tunings[wide_pass].shapeOf(single.type_id).decoded and tunings[wide_pass].shapeOf(resident.type_id).resident);
+    try std.testing.expect(tunings[wide_pass].shapeOf(single.type_id).resident and tunings[wide_pass].shapeOf(resident.type_id).resident);
     for ([_]u32{ 1, 2, 3, 4, 5, 7, 8, 9, 31, 32, 33, 64, 4096 }) |rows| {
         half.rows = rows;
         single.rows = rows;
         resident.rows = rows;
         const smallest: usize = if (rows <= 1) 0 else if (rows <= 2) 1 else if (rows <= 4) 2 else 3;
         try std.testing.expectEqual(smallest, passIndex(&tunings, half, max_shared_bytes));
-        try std.testing.expectEqual(if (rows >= 8 * warps_per_block) wide_pass else smallest, passIndex(&tunings, single, max_shared_bytes));
-        try std.testing.expectEqual(if (rows >= 8) wide_pass else smallest, passIndex(&tunings, resident, max_shared_bytes));
+        for ([_]params.Matvec{ single, resident }) |p| try std.testing.expectEqual(if (rows >= 8) wide_pass else smallest, passIndex(&tunings, p, max_shared_bytes));
     }
-    // Not where its rows would not be decoded or resident: a partial chunk, or rows past a
-    // block's memory.
+    // Not where its rows would not be resident: a partial chunk, or rows past a block's memory.
     for ([_]*params.Matvec{ &single, &resident }) |p| {
         p.hidden = 2817;
         try std.testing.expectEqual(@as(usize, 3), passIndex(&tunings, p.*, max_shared_bytes));

@@ -139,7 +139,7 @@ LMH_FN void lmh_cuda_bulk_wait(lmh_u32 stage, lmh_u32 phase) {
 #define LMH_BULK_WAIT(stage, phase) lmh_cuda_bulk_wait((stage), (phase))
 #define LMH_BULK_SYNC() __syncwarp()
 
-// kernels.h's decoded and resident rows (LMH_DECODED, LMH_RESIDENT): the block's dynamic
+// kernels.h's resident rows (LMH_RESIDENT): the block's dynamic
 // shared memory, whole (the host sizes it, 0 for none), written by 16-byte stores; its warps
 // meet at __syncthreads. The host passes LMH_THREADGROUP_SHIFT, log2 of its warps per block.
 #define LMH_THREADGROUP_AREA() lmh_cuda_dynamic_shared

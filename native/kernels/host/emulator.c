@@ -13,10 +13,9 @@
 // or all must return: anything else is divergence, which a GPU's shuffle does not allow, and
 // fails the dispatch.
 //
-// Built five times by build.zig: with the source's default tuning, and under other symbol
-// prefixes (LMH_EMULATOR) with another tuning, with a ring of stages (LMH_STAGES), with
-// decoded rows (LMH_DECODED) and with resident rows (LMH_RESIDENT), to show that none changes
-// a bit.
+// Built four times by build.zig: with the source's default tuning, and under other symbol
+// prefixes (LMH_EMULATOR) with another tuning, with a ring of stages (LMH_STAGES) and with
+// resident rows (LMH_RESIDENT), to show that none changes a bit.
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
@@ -77,10 +76,10 @@ static _Thread_local _Alignas(16) lmh_u8 lmh_emulator_bulk_ring[LMH_EMULATOR_BUL
 #define LMH_BULK_SYNC() lmh_emulator_sync()
 #endif
 
-// kernels.h's decoded and resident rows (LMH_DECODED, LMH_RESIDENT), as threadgroups of one
-// simdgroup: each simdgroup's area holds LMH_EMULATOR_AREA_BYTES, and a store outside it, or
-// not 16-byte aligned, fails the dispatch.
-#if (defined(LMH_DECODED) && LMH_DECODED > 0) || (defined(LMH_RESIDENT) && LMH_RESIDENT > 0)
+// kernels.h's resident rows (LMH_RESIDENT), as threadgroups of one simdgroup: each
+// simdgroup's area holds LMH_EMULATOR_AREA_BYTES, and a store outside it, or not 16-byte
+// aligned, fails the dispatch.
+#if defined(LMH_RESIDENT) && LMH_RESIDENT > 0
 #define LMH_EMULATOR_AREA
 #define LMH_EMULATOR_AREA_BYTES 65536u
 static void lmh_emulator_store_words4(lmh_u8 *p, lmh_words4 v);
@@ -509,14 +508,10 @@ lmh_u64 LMH_EXPORT(bulk_stage_bytes)(lmh_u32 row_bytes) {
 #endif
 
 #ifdef LMH_EMULATOR_AREA
-// The bytes of a threadgroup's decoded or resident rows at `hidden`, as the kernels take them
-// (the CUDA backend's own formula is tested against it, as the bulk stage's is).
+// The bytes of a threadgroup's resident rows at `hidden`, as the kernels take them (the CUDA
+// backend's own formula is tested against it, as the bulk stage's is).
 lmh_u64 LMH_EXPORT(area_bytes)(lmh_u32 hidden) {
-#if LMH_DECODED > 0
-    return lmh_decoded_bytes(hidden);
-#else
     return lmh_resident_bytes(hidden);
-#endif
 }
 #endif
 
