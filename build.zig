@@ -48,8 +48,9 @@ pub fn build(b: *std.Build) void {
     test_step.dependOn(&run_tests.step);
     // With a ring of stages, as the backend compiles some modules (LMH_STAGES, kernels.h).
     test_step.dependOn(&checkSyntax(b, "cuda", &.{ "-std=c++17", "-DLMH_STAGES=2u", "-DLMH_CUDA_BLOCK_THREADS=128u" }).step);
-    // With resident rows (LMH_RESIDENT), as the backend compiles its wide pass.
-    test_step.dependOn(&checkSyntax(b, "cuda", &.{ "-std=c++17", "-DLMH_RESIDENT=1u", "-DLMH_THREADGROUP_SHIFT=2u", "-DLMH_CUDA_BLOCK_THREADS=128u" }).step);
+    // With resident rows and a ring of chunks (LMH_RESIDENT, LMH_STAGES), as the backend
+    // compiles its wide pass.
+    test_step.dependOn(&checkSyntax(b, "cuda", &.{ "-std=c++17", "-DLMH_RESIDENT=1u", "-DLMH_STAGES=2u", "-DLMH_THREADGROUP_SHIFT=2u", "-DLMH_CUDA_BLOCK_THREADS=128u" }).step);
     test_step.dependOn(&checkSyntax(b, "metal", &.{"-std=c++14"}).step);
     // bench/cpu_floor.zig, a developer tool run by hand (`zig run`), analysed with the tests
     // (nothing needs its binary, so none is emitted) so that it keeps building as Zig changes.
@@ -100,8 +101,8 @@ fn addMetalSources(b: *std.Build, module: *std.Build.Module) void {
 /// with the source's default tuning, and under other symbol prefixes with another tuning (2
 /// rows per pass, so Q4_K and Q5_K keep scale tables, and an entry point per input, as CUDA's
 /// modules of 1 and 2 rows per pass have), with the quantized weights staged (CUDA's ring) and
-/// with resident rows (as CUDA's wide pass runs), so the tests can show that none changes a
-/// bit.
+/// with resident rows and staged quantized weights (as CUDA's wide pass runs), so the tests
+/// can show that none changes a bit.
 fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
     const flags = [_][]const u8{ "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas" };
     const source = b.path("native/kernels/host/emulator.c");
@@ -110,7 +111,7 @@ fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ retuned) });
     const staged = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_staged", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=5u", "-DLMH_ROWS_PER_PASS=2u", "-DLMH_STAGES=2u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ staged) });
-    const resident = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_resident", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_RESIDENT=1u" };
+    const resident = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_resident", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_RESIDENT=1u", "-DLMH_STAGES=2u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ resident) });
 }
 

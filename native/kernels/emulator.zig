@@ -101,7 +101,8 @@ pub const retuned = Emulator("lmh_emulator_retuned");
 /// ring of 2 (LMH_STAGES; every copy checked to come from the weights).
 pub const staged = Emulator("lmh_emulator_staged");
 /// 3 vocab rows per simdgroup, 8 rows per pass, and the batch's rows copied a pass at a time
-/// into the simdgroup's area, every pass reading its activations there (LMH_RESIDENT).
+/// into the simdgroup's area, every pass reading its activations there (LMH_RESIDENT), the
+/// quantized types' chunks staged in a ring of 2 (LMH_STAGES).
 pub const resident = Emulator("lmh_emulator_resident");
 
 // ---------------------------------------------------------------------------------------

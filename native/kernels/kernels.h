@@ -71,11 +71,12 @@ LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both")
 // threadgroup memory and only the weights from device memory. Measured on an H200: F16 23-39%
 // faster than from its own passes or decoded rows (a threadgroup's vocab rows decoded once
 // into its memory, since removed) at N = 8 to 64, Q8_0 2-14%, F32 and BF16 13-50% once their
-// weights were loaded a chunk ahead (lmh_matvec_resident_dense); every other type slower. The
-// CUDA backend's tunings say which types take them. They need the prelude's threadgroup area:
-// LMH_THREADGROUP_AREA() and its bytes, LMH_THREADGROUP_SHIFT (log2 of simdgroups per
-// threadgroup), LMH_THREADGROUP_SYNC() and lmh_store_words4 (CUDA; the emulator's resident
-// build, as threadgroups of one simdgroup).
+// weights were loaded a chunk ahead (lmh_matvec_resident_dense); every other type slower. A
+// quantized type's chunks may still arrive through a ring of stages (LMH_STAGES): Q8_0 2-8%
+// faster with 2. The CUDA backend's tunings say which types take them. They need the
+// prelude's threadgroup area: LMH_THREADGROUP_AREA() and its bytes, LMH_THREADGROUP_SHIFT
+// (log2 of simdgroups per threadgroup), LMH_THREADGROUP_SYNC() and lmh_store_words4 (CUDA;
+// the emulator's resident build, as threadgroups of one simdgroup, with a ring of 2).
 #ifndef LMH_RESIDENT
 #define LMH_RESIDENT 0u
 #endif
@@ -83,7 +84,7 @@ LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both")
 #ifndef LMH_THREADGROUP_AREA
 #error "LMH_RESIDENT needs the prelude's threadgroup area"
 #endif
-LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_STAGES == 0u && LMH_BULK_STAGES == 0u, "resident rows: 8 rows per pass, no ring");
+LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_BULK_STAGES == 0u, "resident rows: 8 rows per pass, no bulk ring");
 #endif
 
 // ggml type ids (numerics/formats.zig Type).

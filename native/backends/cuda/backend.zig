@@ -36,7 +36,7 @@ const wide_pass = pass_sizes.len - 1;
 /// chunks a step of the chunk loop takes (1 or 2: two let a warp have the second's loads in
 /// flight while it computes the first), whether a block copies a pass of activation rows once
 /// into shared memory for its warps' vocab rows (kernels.h LMH_RESIDENT: 8 rows per pass, no
-/// ring).
+/// bulk ring; a ring of chunks takes its stages from the same shared memory, stageRingBytes).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
@@ -108,12 +108,16 @@ const max_min_blocks = 2048 / threads_per_block;
 const max_ring_bytes_per_block = 48 << 10;
 
 fn validShape(shape: Shape) bool {
-    const stages_valid = shape.stages == 0 or (shape.stages >= 2 and shape.stages <= 4 and
-        shape.stages * shape.vocab_rows * params.stage_row_bytes * warps_per_block <= max_ring_bytes_per_block);
+    const stages_valid = shape.stages == 0 or (shape.stages >= 2 and shape.stages <= 4 and stageRingBytes(shape) <= max_ring_bytes_per_block);
     const bulk_valid = shape.bulk == 0 or (shape.bulk >= 2 and shape.bulk <= 4 and shape.stages == 0);
     const chunks_valid = shape.chunks_per_step == 1 or shape.chunks_per_step == 2;
-    const area_valid = !shape.resident or (shape.stages == 0 and shape.bulk == 0);
+    const area_valid = !shape.resident or shape.bulk == 0;
     return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid and bulk_valid and chunks_valid and area_valid;
+}
+
+/// A block's ring of chunks (kernels.h LMH_STAGES): its warps' stages, static shared memory.
+fn stageRingBytes(shape: Shape) u32 {
+    return shape.stages * shape.vocab_rows * params.stage_row_bytes * warps_per_block;
 }
 
 comptime {
@@ -178,7 +182,10 @@ comptime {
 /// NVRTC had issued F32's and BF16's loads one vocab row at a time), one call, two runs: F32
 /// from resident rows took 30%, 50%, 32% and 16% off its decoded or own rows' time at N = 8,
 /// 16, 32 and 64, BF16 13%, 35%, 29% and 17%, F16 2-6% off its resident rows' time; so F32 and
-/// BF16 run from resident rows from N = 8 too, and no type from decoded rows (removed).
+/// BF16 run from resident rows from N = 8 too, and no type from decoded rows (removed). A ring
+/// of 2 stages beside resident rows, measured for every quantized type at N = 8 to 64 (one call,
+/// two runs): taken by Q8_0 (8%, 6%, 5% and 2% less); Q5_1 3%, Q5_0 1%, Q5_K -1 to 5%, the
+/// others slower at some N (Q4_0 up to 15%).
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },                               .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
@@ -207,7 +214,7 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q5_k, .{ .vocab_rows = 8, .stages = 3 } },      .{ .iq4_nl, .{ .vocab_rows = 8, .stages = 3 } },
     } },
     .{ .shape = .{ .vocab_rows = 8, .resident = true }, .types = &.{ .f32, .bf16, .f16, .q8_0 }, .shape_of = &.{
-        .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2, .resident = true } },
+        .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2, .resident = true } }, .{ .q8_0, .{ .vocab_rows = 8, .stages = 2, .resident = true } },
     } },
 };
 
@@ -216,7 +223,8 @@ pub const tunings = [pass_sizes.len]Tuning{
 /// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches, `LMHEAD_CUDA_STAGES` (0, or 2
 /// to 4) every type's ring, `LMHEAD_CUDA_CHUNKS_PER_STEP` (1 or 2) every type's step,
 /// and `LMHEAD_CUDA_RESIDENT` (1 to 16) that the wide pass holds every type from resident rows,
-/// with that many vocab rows per warp, each in its 8-row shape otherwise, with no ring.
+/// with that many vocab rows per warp, each in its 8-row shape otherwise, with no ring but the
+/// stages LMHEAD_CUDA_STAGES names.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     var result = tunings;
     const vocab_rows = try envCount("LMHEAD_CUDA_VOCAB_ROWS", 1, max_vocab_rows);
@@ -228,20 +236,20 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     if (bulk == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK=1: expected 0, or 2 to 4", .{});
     const chunks_per_step = try envCount("LMHEAD_CUDA_CHUNKS_PER_STEP", 1, 2);
     const resident = try envCount("LMHEAD_CUDA_RESIDENT", 1, max_vocab_rows);
-    const ring = (bulk orelse 0) > 0 or (stages orelse 0) > 0;
     if ((bulk orelse 0) > 0 and (stages orelse 0) > 0) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK and LMHEAD_CUDA_STAGES: a bulk ring or a ring of chunks, not both", .{});
-    if (resident != null and ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_RESIDENT with a ring (LMHEAD_CUDA_STAGES, LMHEAD_CUDA_BULK): resident rows or a ring, not both", .{});
+    if (resident != null and (bulk orelse 0) > 0) return fail(error.InvalidArgument, "LMHEAD_CUDA_RESIDENT and LMHEAD_CUDA_BULK: resident rows or a bulk ring, not both", .{});
     if (resident != null) result[wide_pass] = .{ .shape = tunings[wide_pass - 1].shape, .shape_of = tunings[wide_pass - 1].shape_of };
     for (&result, 0..) |*t, i| {
         t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk, .chunks_per_step = chunks_per_step };
-        // A forced ring of either kind replaces the other, and resident rows.
+        // A forced ring of either kind replaces the other; a forced bulk ring replaces resident
+        // rows too.
         if (bulk != null and bulk.? > 0 and stages == null) t.forced.stages = 0;
         if (stages != null and stages.? > 0 and bulk == null) t.forced.bulk = 0;
-        if (ring) t.forced.resident = false;
+        if ((bulk orelse 0) > 0) t.forced.resident = false;
         if (resident != null and i == wide_pass) {
             t.forced.vocab_rows = resident;
             t.forced.prefetch = false;
-            t.forced.stages = 0;
+            t.forced.stages = stages orelse 0;
             t.forced.bulk = 0;
             t.forced.resident = true;
         }
@@ -547,8 +555,8 @@ pub const Backend = struct {
                 const raw = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
                 found[t] = .{ raw, if (hasNormedEntry(pass)) try backend.function(m, "matvec_" ++ f.name ++ "_normed_f32") else raw };
                 // A bulk ring and resident rows are dynamic shared memory, past the 48 KiB a
-                // kernel gets unasked.
-                if (shape.bulk != 0 or shape.resident) for (found[t]) |entry| try backend.cuda.check(backend.cuda.cuFuncSetAttribute(entry, driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes)), "cuFuncSetAttribute");
+                // kernel gets unasked: what a block may have, less a ring of chunks' stages.
+                if (shape.bulk != 0 or shape.resident) for (found[t]) |entry| try backend.cuda.check(backend.cuda.cuFuncSetAttribute(entry, driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes -| stageRingBytes(shape))), "cuFuncSetAttribute");
             }
         }
         // Kept only once every entry point is found: a module unloaded on failure stays out.
@@ -872,11 +880,12 @@ fn bulkRingBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
 
 /// A block's resident rows for a matvec of `shape` (kernels.h LMH_RESIDENT): a pass of 8
 /// activation rows of hidden f32 values (lmh_resident_bytes). 0 where the kernel does not run
-/// from them (partial chunks; fewer rows than a pass) or they exceed `max_bytes`.
+/// from them (partial chunks; fewer rows than a pass) or they and the block's ring of chunks
+/// exceed `max_bytes`.
 fn areaBytes(shape: Shape, p: params.Matvec, max_bytes: u32) u32 {
     if (!shape.resident or p.hidden % 256 != 0 or p.rows < 8) return 0;
     const bytes = @as(u64, 8) * p.hidden * 4;
-    return if (bytes <= max_bytes) @intCast(bytes) else 0;
+    return if (bytes + stageRingBytes(shape) <= max_bytes) @intCast(bytes) else 0;
 }
 
 /// A bulk stage: `vocab_rows` rows of `row_bytes` from the 16-byte boundary at or below their
@@ -963,9 +972,10 @@ test "LMHEAD_CUDA_STAGES sets every type's ring; 1 stage, or rings over 48 KiB a
     _ = try tuningsFromEnv();
 }
 
-test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape from resident rows with the vocab rows it names; with a ring it is an error" {
+test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape from resident rows with the vocab rows it names, with LMHEAD_CUDA_STAGES's ring; with a bulk ring it is an error" {
     defer _ = unsetenv("LMHEAD_CUDA_RESIDENT");
     defer _ = unsetenv("LMHEAD_CUDA_STAGES");
+    defer _ = unsetenv("LMHEAD_CUDA_BULK");
     _ = setenv("LMHEAD_CUDA_RESIDENT", "5", 1);
     const forced = try tuningsFromEnv();
     for (forced, tunings, 0..) |tuning, unforced, i| for (formats.all) |f| {
@@ -989,9 +999,15 @@ test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape 
     _ = setenv("LMHEAD_CUDA_RESIDENT", "17", 1);
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
     _ = setenv("LMHEAD_CUDA_RESIDENT", "4", 1);
-    _ = setenv("LMHEAD_CUDA_STAGES", "3", 1);
+    _ = setenv("LMHEAD_CUDA_STAGES", "2", 1);
+    for (formats.all) |f| {
+        const shape = (try tuningsFromEnv())[wide_pass].shapeOf(@backingInt(f.type));
+        try std.testing.expect(shape.resident and shape.stages == 2 and shape.bulk == 0);
+    }
+    _ = unsetenv("LMHEAD_CUDA_STAGES");
+    _ = setenv("LMHEAD_CUDA_BULK", "2", 1);
     try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
-    try std.testing.expect(std.mem.indexOf(u8, status.message(), "resident rows or a ring, not both") != null);
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "resident rows or a bulk ring, not both") != null);
 }
 
 test "LMHEAD_CUDA_BULK sets every type's bulk ring in place of a ring of chunks; 1 stage is an error that says so" {
@@ -1077,6 +1093,12 @@ test "resident rows are as large as the kernels take them, and given only where 
     try std.testing.expectEqual(@as(u32, 0), areaBytes(resident, p, 227 << 10));
     p.hidden = 16384;
     try std.testing.expectEqual(@as(u32, 0), areaBytes(resident, p, 227 << 10));
+    // A ring of chunks beside them takes its stages from the same budget.
+    const staged: Shape = .{ .vocab_rows = 8, .stages = 2, .resident = true };
+    p.hidden = 2816;
+    const bytes = areaBytes(resident, p, 227 << 10);
+    try std.testing.expectEqual(bytes, areaBytes(staged, p, bytes + stageRingBytes(staged)));
+    try std.testing.expectEqual(@as(u32, 0), areaBytes(staged, p, bytes + stageRingBytes(staged) - 1));
 }
 
 test "a pass size's shapes are its modules: each once, together holding every head type the pass holds" {
