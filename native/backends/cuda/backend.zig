@@ -236,16 +236,18 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     if (bulk == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK=1: expected 0, or 2 to 4", .{});
     const chunks_per_step = try envCount("LMHEAD_CUDA_CHUNKS_PER_STEP", 1, 2);
     const resident = try envCount("LMHEAD_CUDA_RESIDENT", 1, max_vocab_rows);
-    if ((bulk orelse 0) > 0 and (stages orelse 0) > 0) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK and LMHEAD_CUDA_STAGES: a bulk ring or a ring of chunks, not both", .{});
-    if (resident != null and (bulk orelse 0) > 0) return fail(error.InvalidArgument, "LMHEAD_CUDA_RESIDENT and LMHEAD_CUDA_BULK: resident rows or a bulk ring, not both", .{});
+    const bulk_ring = (bulk orelse 0) > 0;
+    const stage_ring = (stages orelse 0) > 0;
+    if (bulk_ring and stage_ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK and LMHEAD_CUDA_STAGES: a bulk ring or a ring of chunks, not both", .{});
+    if (resident != null and bulk_ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_RESIDENT and LMHEAD_CUDA_BULK: resident rows or a bulk ring, not both", .{});
     if (resident != null) result[wide_pass] = .{ .shape = tunings[wide_pass - 1].shape, .shape_of = tunings[wide_pass - 1].shape_of };
     for (&result, 0..) |*t, i| {
         t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk, .chunks_per_step = chunks_per_step };
         // A forced ring of either kind replaces the other; a forced bulk ring replaces resident
         // rows too.
-        if (bulk != null and bulk.? > 0 and stages == null) t.forced.stages = 0;
-        if (stages != null and stages.? > 0 and bulk == null) t.forced.bulk = 0;
-        if ((bulk orelse 0) > 0) t.forced.resident = false;
+        if (bulk_ring and stages == null) t.forced.stages = 0;
+        if (stage_ring and bulk == null) t.forced.bulk = 0;
+        if (bulk_ring) t.forced.resident = false;
         if (resident != null and i == wide_pass) {
             t.forced.vocab_rows = resident;
             t.forced.prefetch = false;
