@@ -22,6 +22,7 @@
 //! and thread at N = 1; the fma rate is what the matvec's fmas share, and the sweep's share of
 //! it bounds what a tile reaches at larger N before any decoding.
 const std = @import("std");
+const builtin = @import("builtin");
 
 const width = std.simd.suggestVectorLength(f32) orelse 8;
 const V = @Vector(width, f32);
@@ -146,8 +147,12 @@ fn repeat(comptime f: anytype, times: usize, args: anytype) void {
     for (0..times) |_| @call(.never_inline, f, args);
 }
 
+/// As the library's probe (native/backends/cpu/kernels.zig): chains enough for every fma
+/// unit's latency, few enough to stay in the registers (16 spilled from AVX2's 16).
+const fma_chains = if (builtin.cpu.arch != .x86_64 or std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f)) 16 else 12;
+
 fn fmaChains(rounds: *const volatile usize, sink: *f32) void {
-    var acc: [16]V = undefined;
+    var acc: [fma_chains]V = undefined;
     for (&acc, 0..) |*a, i| a.* = @splat(@floatFromInt(i));
     for (0..rounds.*) |_| {
         inline for (&acc) |*a| a.* = @mulAdd(V, a.*, @splat(0.999), @splat(0.001));
@@ -179,7 +184,7 @@ pub fn main() !void {
     var sink: f32 = 0;
     // Read through a volatile pointer, so the chains are not folded at compile time.
     const rounds: usize = 2_000_000;
-    const fma_ns = best(fmaChains, .{ &rounds, &sink }, rounds * 16 * width);
+    const fma_ns = best(fmaChains, .{ &rounds, &sink }, rounds * fma_chains * width);
     const l2_repeats = memory_rows / l2_rows;
     std.debug.print("{d}-lane f32 vectors, one thread; Q8_0 rows of {d} values\n", .{ width, hidden });
     std.debug.print("fma rate:        {d:.2} G f32 fmas/s\n", .{1 / fma_ns});
@@ -204,7 +209,7 @@ pub fn main() !void {
             var sweep_ns: f64 = std.math.inf(f64);
             var rate_ns: f64 = std.math.inf(f64);
             for (0..3) |_| {
-                rate_ns = @min(rate_ns, best(fmaChains, .{ &rounds, &sink }, rounds * 16 * width));
+                rate_ns = @min(rate_ns, best(fmaChains, .{ &rounds, &sink }, rounds * fma_chains * width));
                 sweep_ns = @min(sweep_ns, best(sweepTiles, .{ tiles, rows, inputs_l1, decoded, inputs, accs }, fmas));
             }
             std.debug.print("sweep N = {d: >2} ({s}): {d:.2} G fmas/s, {d:.0}% of the fma rate beside it\n", .{ rows, if (inputs_l1) "inputs in L1" else "inputs from L2", 1 / sweep_ns, 100 * rate_ns / sweep_ns });

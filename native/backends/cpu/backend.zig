@@ -199,7 +199,7 @@ pub const Backend = struct {
         }
         std.mem.doNotOptimizeAway(sinks);
         std.mem.sort(u64, pass_ns[0..passes], {}, std.sort.asc(u64));
-        const fmas = kernels.fmaProbeCount(rounds, engine.kernels.vector_bits) * engine.pool.worker_count;
+        const fmas = @as(u64, rounds) * engine.kernels.fma_probe_round_fmas * engine.pool.worker_count;
         return @as(f64, @floatFromInt(fmas)) / (@as(f64, @floatFromInt(@max(pass_ns[passes / 2], 1))) * 1e-9);
     }
 

@@ -31,6 +31,8 @@ pub const Table = extern struct {
     softcap: Work,
     count_non_finite: Work,
     fma_probe: Work,
+    /// f32 fmas one worker's probe does a round: its chains times the vector's lanes.
+    fma_probe_round_fmas: u32,
     /// By position in formats.all.
     matvec: [formats.all.len]Work,
 };
@@ -89,12 +91,21 @@ pub const FmaProbeJob = extern struct {
     sinks: [*]f32,
 };
 
-/// Independent fma chains per worker: enough to cover the latency of every fma unit.
-pub const fma_probe_chains = 16;
-
-/// f32 fmas the probe does per worker.
-pub fn fmaProbeCount(rounds: u64, vector_bits: u32) u64 {
-    return rounds * fma_probe_chains * (vector_bits / 32);
+/// Vector registers of this level: 32 with AVX-512 (EVEX reaches the upper 16 at every
+/// width) and on AArch64, 16 on the other x86-64 levels (and assumed elsewhere).
+const vector_registers = switch (builtin.cpu.arch) {
+    .x86_64 => if (std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f)) 32 else 16,
+    .aarch64, .aarch64_be => 32,
+    else => 16,
+};
+/// Independent fma chains per worker: enough to cover the latency of every fma unit (8 for
+/// two units of 4 cycles), and few enough that they and the probe's two constants stay in
+/// registers. 16 chains spilled from AVX2's 16 registers: on a 2-core AMD EPYC (Zen 3) they
+/// read 29 G fmas/s a thread where 10 to 14 read 51-54 (8: 43), so the bench's FMA floor was
+/// 1.8 times too long there.
+const fma_probe_chains = if (vector_registers >= 32) 16 else 12;
+comptime {
+    std.debug.assert(fma_probe_chains + 2 <= vector_registers);
 }
 
 /// Scratch values a matvec needs per worker: a tile's decoded block, then its accumulators.
@@ -206,6 +217,7 @@ pub fn table(comptime name: [:0]const u8) Table {
     .softcap = erase(SoftcapJob, softcap),
     .count_non_finite = erase(CountJob, countNonFinite),
     .fma_probe = erase(FmaProbeJob, fmaProbe),
+    .fma_probe_round_fmas = fma_probe_chains * elementwise_width,
     .matvec = blk: {
         var works: [formats.all.len]Work = undefined;
         for (formats.all, &works) |f, *w| w.* = erase(MatvecJob, MatvecKernel(f.type).work);
