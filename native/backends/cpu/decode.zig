@@ -160,25 +160,34 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
     const addend = if (min_op == .sub) -min else min;
     if (codes_by_group) {
         const V8f = @Vector(8, f32);
-        inline for (0..4) |k| {
-            const quads = laneQuads(g[k]);
-            // Codes come out as q·2^24 (codeHigh), so the scale takes the 2^-24: both products
-            // are exact, and so is their product, q·scale. With a min, each group's scales and
-            // mins are made from the sub-blocks' next to their use (inOrder): made all at once,
-            // the chunk's 8 vectors of them spilled from the 16 registers. Measured on a 2-core
-            // Zen 1, vocab 32768, A-B-A-B twice: Q4_K 12–19% less a call at N = 1, 2 and 8
-            // (N = 1 14.1 → 11.9 ms), Q5_K 6–17%, Q2_K 6–14% at N = 2 and 8, Q5_1 1–8%; without
-            // a min (Q8_0, Q6_K, Q3_K) the same ordering made N = 1 4–11% slower.
-            const ordered = if (min_op == .none) scale else inOrder(n, scale);
-            const s = part(f32, 8, perLane(n, ordered), k) * @as(V8f, @splat(0x1p-24));
-            const a = if (min_op == .none) undefined else part(f32, 8, perLane(n, inOrder(n, addend)), k);
-            inline for (0..8) |i| {
-                const q: V8f = @floatFromInt(codeHigh(quads[i / 4], i % 4));
-                sink.put(32 * i + 8 * k, 8, switch (min_op) {
-                    .none => s * q,
-                    .add, .sub => @mulAdd(V8f, s, q, a),
-                });
+        const together = comptime groupsTogether(@TypeOf(sink));
+        inline for (0..4 / together) |p| {
+            var quads: [together][2]@Vector(32, u8) = undefined;
+            var s: [together]V8f = undefined;
+            var a: [together]V8f = undefined;
+            inline for (0..together) |h| {
+                const k = together * p + h;
+                quads[h] = laneQuads(g[k]);
+                // Codes come out as q·2^24 (codeHigh), so the scale takes the 2^-24: both
+                // products are exact, and so is their product, q·scale. With a min, each
+                // group's scales and mins are made from the sub-blocks' next to their use
+                // (inOrder): made all at once, the chunk's 8 vectors of them spilled from the
+                // 16 registers. Measured on a 2-core Zen 1, vocab 32768, A-B-A-B twice: Q4_K
+                // 12–19% less a call at N = 1, 2 and 8 (N = 1 14.1 → 11.9 ms), Q5_K 6–17%, Q2_K
+                // 6–14% at N = 2 and 8, Q5_1 1–8%; without a min (Q8_0, Q6_K, Q3_K) the same
+                // ordering made N = 1 4–11% slower.
+                const ordered = if (min_op == .none) scale else inOrder(n, scale);
+                s[h] = part(f32, 8, perLane(n, ordered), k) * @as(V8f, @splat(0x1p-24));
+                if (min_op != .none) a[h] = part(f32, 8, perLane(n, inOrder(n, addend)), k);
             }
+            inline for (0..8) |i| inline for (0..together) |h| {
+                const k = together * p + h;
+                const q: V8f = @floatFromInt(codeHigh(quads[h][i / 4], i % 4));
+                sink.put(32 * i + 8 * k, 8, switch (min_op) {
+                    .none => s[h] * q,
+                    .add, .sub => @mulAdd(V8f, s[h], q, a[h]),
+                });
+            };
         }
         return;
     }
@@ -204,6 +213,12 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
             .add, .sub => @mulAdd(V16f, scales[k % 2], q, addends[k % 2]),
         });
     }
+}
+
+/// Groups of 8 lanes whose steps emit interleaves: a sink may ask for 2 (`groups_together`),
+/// so that the fmas it chains per lane come from two groups in turn.
+fn groupsTogether(comptime Sink: type) usize {
+    return if (@hasDecl(Sink, "groups_together")) Sink.groups_together else 1;
 }
 
 /// A natural-order group's codes (lane l's 8 codes at bytes 8l..8l+7) as two vectors of 8
