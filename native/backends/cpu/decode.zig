@@ -499,20 +499,29 @@ inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, sink: anytype) void {
 /// 16 at a time (two steps of the group's 8 lanes).
 inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
     const E = if (t == .f32) u32 else u16;
-    inline for (0..4) |k| {
-        const tr = @shuffle(E, load(E, 64, src[64 * @sizeOf(E) * k ..]), undefined, transpose8x8);
+    const together = comptime groupsTogether(@TypeOf(sink));
+    inline for (0..4 / together) |g| {
+        var tr: [together]@Vector(64, E) = undefined;
+        inline for (0..together) |h| {
+            const k = together * g + h;
+            tr[h] = @shuffle(E, load(E, 64, src[64 * @sizeOf(E) * k ..]), undefined, transpose8x8);
+        }
         inline for (0..4) |p| {
             comptime var m: [16]i32 = undefined;
             inline for (0..16) |j| m[j] = 16 * p + j;
-            const x: @Vector(16, E) = @shuffle(E, tr, undefined, m);
-            const v: @Vector(16, f32) = switch (t) {
-                .f32 => @bitCast(x),
-                .f16 => f16Vec(16, x),
-                .bf16 => @bitCast(@as(@Vector(16, u32), x) << @splat(16)),
-                else => unreachable,
+            var v: [together]@Vector(16, f32) = undefined;
+            inline for (0..together) |h| {
+                const x: @Vector(16, E) = @shuffle(E, tr[h], undefined, m);
+                v[h] = switch (t) {
+                    .f32 => @bitCast(x),
+                    .f16 => f16Vec(16, x),
+                    .bf16 => @bitCast(@as(@Vector(16, u32), x) << @splat(16)),
+                    else => unreachable,
+                };
+            }
+            inline for (0..2) |half| inline for (0..together) |h| {
+                sink.put(32 * (2 * p + half) + 8 * (together * g + h), 8, part(f32, 8, v[h], half));
             };
-            sink.put(32 * (2 * p) + 8 * k, 8, part(f32, 8, v, 0));
-            sink.put(32 * (2 * p + 1) + 8 * k, 8, part(f32, 8, v, 1));
         }
     }
 }
