@@ -499,6 +499,7 @@ inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, sink: anytype) void {
 /// 16 at a time (two steps of the group's 8 lanes).
 inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
     const E = if (t == .f32) u32 else u16;
+    if (codes_by_group and E == u16) return decodeHalvesByUnpacks(t, src, sink);
     const together = comptime groupsTogether(@TypeOf(sink));
     inline for (0..4 / together) |g| {
         var tr: [together]@Vector(64, E) = undefined;
@@ -524,6 +525,60 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink
             };
         }
     }
+}
+
+/// decodeDenseChunk for 16-bit values without AVX-512: two groups of lanes at a time, one in
+/// each 128-bit half of the vectors, transposed by in-half unpacks (3 stages of 8) rather
+/// than by the general shuffles LLVM builds for an 8 × 8 transpose on AVX2 (on a Zen 3 F16's
+/// loop at N = 1 held 144 of them a chunk). Step i of the two groups comes out as one vector,
+/// group k's lanes in its low half, group k + 1's in its high half.
+inline fn decodeHalvesByUnpacks(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
+    const H = @Vector(16, u16);
+    inline for (0..2) |pair| {
+        const k = 2 * pair;
+        // rows[l]: lane l's 8 values of group k, then those of group k + 1.
+        var rows: [8]H = undefined;
+        inline for (0..8) |l| {
+            rows[l] = concat(u16, 8, load(u16, 8, src[2 * (64 * k + 8 * l) ..]), load(u16, 8, src[2 * (64 * (k + 1) + 8 * l) ..]));
+        }
+        var t1: [8]H = undefined;
+        inline for (0..4) |j| {
+            t1[2 * j] = unpackHalves(rows[2 * j], rows[2 * j + 1], 1, false);
+            t1[2 * j + 1] = unpackHalves(rows[2 * j], rows[2 * j + 1], 1, true);
+        }
+        // t1[2j]: rows 2j, 2j+1 interleaved, values 0-3; t1[2j+1]: values 4-7.
+        var t2: [8]H = undefined;
+        inline for (0..2) |q| inline for (0..2) |v| {
+            // Rows 4q..4q+3: values 4v..4v+1 (lo) and 4v+2..4v+3 (hi), four rows each.
+            t2[4 * q + 2 * v] = unpackHalves(t1[4 * q + v], t1[4 * q + 2 + v], 2, false);
+            t2[4 * q + 2 * v + 1] = unpackHalves(t1[4 * q + v], t1[4 * q + 2 + v], 2, true);
+        };
+        inline for (0..8) |i| {
+            // Value i of rows 0-3 is in t2[i / 2] and of rows 4-7 in t2[4 + i / 2].
+            const step = unpackHalves(t2[i / 2], t2[4 + i / 2], 4, i % 2 == 1);
+            inline for (0..2) |h| {
+                const x = part(u16, 8, step, h);
+                const v: @Vector(8, f32) = switch (t) {
+                    .f16 => f16Vec(8, x),
+                    .bf16 => @bitCast(@as(@Vector(8, u32), x) << @splat(16)),
+                    else => unreachable,
+                };
+                sink.put(32 * i + 8 * (k + h), 8, v);
+            }
+        }
+    }
+}
+
+/// In each 128-bit half of a and b: their low (or high) units of `unit` u16s interleaved, a's
+/// first (x86's punpckl/punpckh of words, dwords and qwords).
+inline fn unpackHalves(a: @Vector(16, u16), b: @Vector(16, u16), comptime unit: usize, comptime high: bool) @Vector(16, u16) {
+    comptime var m: [16]i32 = undefined;
+    inline for (0..2) |h| inline for (0..4 / unit) |j| inline for (0..unit) |e| {
+        const from = 8 * h + (if (high) 4 else 0) + unit * j + e;
+        m[8 * h + 2 * unit * j + e] = from;
+        m[8 * h + 2 * unit * j + unit + e] = ~@as(i32, from);
+    };
+    return @shuffle(u16, a, b, m);
 }
 
 /// Where a decoder puts what it decodes: `put(offset, n, v)` takes lane-major values
