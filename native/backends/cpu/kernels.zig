@@ -294,11 +294,12 @@ fn MatvecKernel(comptime t: formats.Type) type {
         /// (decode.zig's emit and decodeDenseChunk), so that two chains of fmas interleave
         /// where one group ran its 8 steps alone. Measured on a 2-core AMD EPYC (Zen 3, AVX2),
         /// vocab 32768, N = 1, A-B 3 to 5 times a sitting, two or three sittings: Q8_0, Q4_0,
-        /// Q5_0 and IQ4_NL 7-9% less a call, Q6_K and IQ4_XS 5-7%, BF16 5%, F32 2-8%, F16 4%
-        /// (one sitting of three 3% more); the types with a min (Q4_K, Q5_K, Q2_K, Q5_1) and
-        /// Q3_K, whose decoders hold more registers, -4% to +3%, so they keep one group.
+        /// Q5_0 and IQ4_NL 7-9% less a call, Q6_K and IQ4_XS 5-7%, F32 2-8%; the types with a
+        /// min (Q4_K, Q5_K, Q2_K, Q5_1) and Q3_K, whose decoders hold more registers, -4% to
+        /// +3%, so they keep one group. (F16 and BF16 always come two groups at a time there:
+        /// decodeHalvesByUnpacks.)
         const interleaves_groups = switch (t) {
-            .q8_0, .q4_0, .q5_0, .iq4_nl, .q6_k, .iq4_xs, .f32, .f16, .bf16 => true,
+            .q8_0, .q4_0, .q5_0, .iq4_nl, .q6_k, .iq4_xs, .f32 => true,
             else => false,
         };
 
