@@ -215,10 +215,12 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
     }
 }
 
-/// Groups of 8 lanes whose steps emit interleaves: a sink may ask for 2 (`groups_together`),
-/// so that the fmas it chains per lane come from two groups in turn.
+/// Groups of 8 lanes whose steps emit interleaves: a sink may ask for 2 or 4
+/// (`groups_together`), so that the fmas it chains per lane come from that many groups in turn.
 fn groupsTogether(comptime Sink: type) usize {
-    return if (@hasDecl(Sink, "groups_together")) Sink.groups_together else 1;
+    const together = if (@hasDecl(Sink, "groups_together")) Sink.groups_together else 1;
+    comptime std.debug.assert(together == 1 or together == 2 or together == 4);
+    return together;
 }
 
 /// A natural-order group's codes (lane l's 8 codes at bytes 8l..8l+7) as two vectors of 8

@@ -290,18 +290,29 @@ fn MatvecKernel(comptime t: formats.Type) type {
         p: params.Matvec,
         row_values: usize,
 
-        /// Whether one batch row's fmas take the steps of two groups of lanes in turn
-        /// (decode.zig's emit and decodeDenseChunk), so that two chains of fmas interleave
-        /// where one group ran its 8 steps alone. Measured on a 2-core AMD EPYC (Zen 3, AVX2),
-        /// vocab 32768, N = 1, A-B 3 to 5 times a sitting, two or three sittings: Q8_0, Q4_0,
-        /// Q5_0 and IQ4_NL 7-9% less a call, Q6_K and IQ4_XS 5-7%, F32 2-8%; the types with a
-        /// min (Q4_K, Q5_K, Q2_K, Q5_1) and Q3_K, whose decoders hold more registers, -4% to
-        /// +3%, so they keep one group. (F16 and BF16 always come two groups at a time there:
-        /// decodeHalvesByUnpacks.)
-        const interleaves_groups = switch (t) {
-            .q8_0, .q4_0, .q5_0, .iq4_nl, .q6_k, .iq4_xs, .f32 => true,
-            else => false,
-        };
+        /// Groups of lanes whose steps a small batch's fmas take in turn (decode.zig's emit
+        /// and decodeDenseChunk), so that more chains of fmas interleave than one group's
+        /// 8 steps a batch row. Measured on a 2-core AMD EPYC (Zen 3, AVX2), vocab 32768:
+        /// - N = 1, two against one (A-B 3 to 5 times a sitting, two or three sittings): Q8_0,
+        ///   Q4_0, Q5_0 and IQ4_NL 7-9% less a call, Q6_K and IQ4_XS 5-7%, F32 2-8%; the types
+        ///   with a min (Q4_K, Q5_K, Q2_K, Q5_1) and Q3_K -4% to +3%.
+        /// - N = 1, four against those (medians of 6 to 10 alternating runs a sitting, two or
+        ///   three sittings): Q3_K and Q5_K 5-6% less, Q6_K, Q4_0 and Q5_0 3-5%; Q8_0 and F32
+        ///   3-5% more, IQ4_NL and IQ4_XS within 2.5%, Q4_K, Q2_K and Q5_1 level to 2% more.
+        /// - N = 2, two against one (two sittings): Q4_K 8-11% less; Q5_K 26% more (it
+        ///   spilled), the others from 5% less to 2% more.
+        /// (F16 and BF16 always come two groups at a time there: decodeHalvesByUnpacks.)
+        fn groupsTogether(comptime group: usize) usize {
+            return switch (group) {
+                1 => switch (t) {
+                    .q6_k, .q4_0, .q5_0, .q3_k, .q5_k => 4,
+                    .q8_0, .iq4_nl, .iq4_xs, .f32 => 2,
+                    else => 1,
+                },
+                2 => if (t == .q4_k) 2 else 1,
+                else => 1,
+            };
+        }
 
         fn work(job: *MatvecJob, worker: u32) void {
             const p = job.p;
@@ -418,7 +429,7 @@ fn MatvecKernel(comptime t: formats.Type) type {
         /// order), so no decoded weight is stored.
         fn FmaSink(comptime group: usize) type {
             return struct {
-                pub const groups_together = if (group == 1 and interleaves_groups) 2 else 1;
+                pub const groups_together = groupsTogether(group);
                 acc: *[group]Lanes,
                 /// The group's inputs from the chunk's first value; row g starts at g·row_values.
                 inputs: []const f32,
