@@ -56,9 +56,16 @@ pub fn main(init: std.process.Init.Minimal) !void {
     const mode = args.next() orelse "check";
     var cuda: u64 = 0;
     const open_start = seconds();
-    if (lib.lmh_device_open(@backingInt(device_mod.Kind.cuda), &cuda) != 0) {
+    const opened = lib.lmh_device_open(@backingInt(device_mod.Kind.cuda), &cuda);
+    if (opened != 0) {
         var text: [512]u8 = undefined;
         const n = lib.lmh_last_error(&text, text.len);
+        // Only a machine without the driver, NVRTC or a GPU skips; any other failure to open
+        // (a module the driver refuses, a driver call failing) is a failure of the backend.
+        if (opened != @intFromEnum(status.Status.unsupported)) {
+            std.debug.print("FAIL: the CUDA device did not open: {s}\n", .{text[0..@min(n, text.len)]});
+            std.process.exit(1);
+        }
         std.debug.print("SKIP: no CUDA device: {s}\n", .{text[0..@min(n, text.len)]});
         return compileOnly();
     }

@@ -406,7 +406,11 @@ fn loadLibraries() Error!*const @TypeOf(libraries.?) {
     defer _ = std.c.pthread_mutex_unlock(&libraries_lock);
     if (libraries == null) {
         const cuda = try driver.loadCuda();
-        try cuda.check(cuda.cuInit(0), "cuInit");
+        // CUDA_ERROR_NO_DEVICE: a driver without a GPU is a machine without CUDA, like one
+        // without the driver, not a failing backend.
+        const init = cuda.cuInit(0);
+        if (init == 100) return fail(error.Unsupported, "the CUDA driver sees no GPU (cuInit: CUDA_ERROR_NO_DEVICE)", .{});
+        try cuda.check(init, "cuInit");
         libraries = .{ .cuda = cuda, .nvrtc = try driver.loadNvrtc() };
     }
     return &libraries.?;
@@ -556,6 +560,7 @@ pub const Backend = struct {
             if ((types >> @backingInt(f.type)) & 1 != 0) {
                 const raw = try backend.function(m, "matvec_" ++ f.name ++ "_f32");
                 found[t] = .{ raw, if (hasNormedEntry(pass)) try backend.function(m, "matvec_" ++ f.name ++ "_normed_f32") else raw };
+                for (found[t]) |entry| try backend.checkStaticShared(entry, shape);
                 // A bulk ring and resident rows are dynamic shared memory, past the 48 KiB a
                 // kernel gets unasked: what a block may have, less a ring of chunks' stages.
                 if (shape.bulk != 0 or shape.resident) for (found[t]) |entry| try backend.cuda.check(backend.cuda.cuFuncSetAttribute(entry, driver.function_attribute_max_dynamic_shared_bytes, @intCast(backend.max_block_shared_bytes -| stageRingBytes(shape))), "cuFuncSetAttribute");
@@ -566,6 +571,16 @@ pub const Backend = struct {
             backend.kernels.matvec[pass][t] = found[t];
             backend.modules[pass][t] = m;
         };
+    }
+
+    /// The host sizes a block's dynamic shared memory (bulk ring, resident rows) as what is
+    /// left beside its ring of chunks, the only static shared memory (prelude.cuh's
+    /// LMH_STAGE_RING_DEFINE), by stageRingBytes: a module whose ring differs would be
+    /// launched with shared memory it does not have, so it is refused here.
+    fn checkStaticShared(backend: *Backend, entry: driver.Function, shape: Shape) Error!void {
+        var bytes: c_int = 0;
+        try backend.cuda.check(backend.cuda.cuFuncGetAttribute(&bytes, driver.function_attribute_static_shared_bytes, entry), "cuFuncGetAttribute");
+        if (bytes != stageRingBytes(shape)) return fail(error.Backend, "a CUDA module has {d} bytes of static shared memory where its shape's ring of chunks takes {d} (kernels.h and backend.zig's stageRingBytes disagree)", .{ bytes, stageRingBytes(shape) });
     }
 
     fn function(backend: *Backend, m: driver.Module, comptime entry: [:0]const u8) Error!driver.Function {

@@ -19,6 +19,7 @@ pub const attribute_multiprocessor_count: c_int = 16;
 pub const attribute_compute_capability_major: c_int = 75;
 pub const attribute_compute_capability_minor: c_int = 76;
 pub const attribute_max_shared_memory_per_block_optin: c_int = 97;
+pub const function_attribute_static_shared_bytes: c_int = 1;
 pub const function_attribute_max_dynamic_shared_bytes: c_int = 8;
 pub const stream_non_blocking: c_uint = 1;
 pub const host_register_portable: c_uint = 1;
@@ -50,6 +51,7 @@ pub const Cuda = struct {
     cuModuleLoadData: *const fn (*Module, ?*const anyopaque) callconv(.c) Result,
     cuModuleUnload: *const fn (Module) callconv(.c) Result,
     cuModuleGetFunction: *const fn (*Function, Module, [*:0]const u8) callconv(.c) Result,
+    cuFuncGetAttribute: *const fn (*c_int, c_int, Function) callconv(.c) Result,
     cuFuncSetAttribute: *const fn (Function, c_int, c_int) callconv(.c) Result,
     cuOccupancyMaxActiveBlocksPerMultiprocessor: *const fn (*c_int, Function, c_int, usize) callconv(.c) Result,
     cuLaunchKernel: *const fn (Function, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Stream, ?[*]const ?*anyopaque, ?[*]const ?*anyopaque) callconv(.c) Result,
