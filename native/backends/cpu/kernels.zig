@@ -296,9 +296,10 @@ fn MatvecKernel(comptime t: formats.Type) type {
         /// - N = 1, two against one (A-B 3 to 5 times a sitting, two or three sittings): Q8_0,
         ///   Q4_0, Q5_0 and IQ4_NL 7-9% less a call, Q6_K and IQ4_XS 5-7%, F32 2-8%; the types
         ///   with a min (Q4_K, Q5_K, Q2_K, Q5_1) and Q3_K -4% to +3%.
-        /// - N = 1, four against those (medians of 6 to 10 alternating runs a sitting, two or
-        ///   three sittings): Q3_K and Q5_K 5-6% less, Q6_K, Q4_0 and Q5_0 3-5%; Q8_0 and F32
-        ///   3-5% more, IQ4_NL and IQ4_XS within 2.5%, Q4_K, Q2_K and Q5_1 level to 2% more.
+        /// - N = 1, four against those (medians of 5 to 10 alternating runs a sitting, two to
+        ///   four sittings): Q3_K and Q5_K 4-6% less, Q6_K, Q4_0 and Q5_0 2-5%; Q8_0 4-7% more,
+        ///   F32 level to 3% more, IQ4_NL and IQ4_XS within 2.5%, Q2_K and Q5_1 level to 3%
+        ///   more, Q4_K level.
         /// - N = 2, two against one (two sittings): Q4_K 8-11% less; Q5_K 26% more (it
         ///   spilled), the others from 5% less to 2% more.
         /// (F16 and BF16 always come two groups at a time there: decodeHalvesByUnpacks.)

@@ -406,10 +406,10 @@ fn loadLibraries() Error!*const @TypeOf(libraries.?) {
     defer _ = std.c.pthread_mutex_unlock(&libraries_lock);
     if (libraries == null) {
         const cuda = try driver.loadCuda();
-        // CUDA_ERROR_NO_DEVICE: a driver without a GPU is a machine without CUDA, like one
-        // without the driver, not a failing backend.
+        // A driver without a GPU is a machine without CUDA, like one without the driver,
+        // not a failing backend.
         const init = cuda.cuInit(0);
-        if (init == 100) return fail(error.Unsupported, "the CUDA driver sees no GPU (cuInit: CUDA_ERROR_NO_DEVICE)", .{});
+        if (init == driver.result_no_device) return fail(error.Unsupported, "the CUDA driver sees no GPU (cuInit: CUDA_ERROR_NO_DEVICE)", .{});
         try cuda.check(init, "cuInit");
         libraries = .{ .cuda = cuda, .nvrtc = try driver.loadNvrtc() };
     }

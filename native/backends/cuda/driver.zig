@@ -7,6 +7,8 @@ const Error = status.Error;
 const fail = status.fail;
 
 pub const Result = c_int;
+/// CUDA_ERROR_NO_DEVICE: the driver is there but sees no GPU.
+pub const result_no_device: Result = 100;
 pub const Device = c_int;
 pub const Context = ?*anyopaque;
 pub const Stream = ?*anyopaque;
