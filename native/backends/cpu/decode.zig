@@ -160,7 +160,7 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
     const addend = if (min_op == .sub) -min else min;
     if (codes_by_group) {
         const V8f = @Vector(8, f32);
-        const together = comptime groupsTogether(@TypeOf(sink));
+        const together = comptime groupsOfSink(@TypeOf(sink));
         inline for (0..4 / together) |p| {
             var quads: [together][2]@Vector(32, u8) = undefined;
             var s: [together]V8f = undefined;
@@ -217,7 +217,7 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
 
 /// Groups of 8 lanes whose steps emit interleaves: a sink may ask for 2 or 4
 /// (`groups_together`), so that the fmas it chains per lane come from that many groups in turn.
-fn groupsTogether(comptime Sink: type) usize {
+fn groupsOfSink(comptime Sink: type) usize {
     const together = if (@hasDecl(Sink, "groups_together")) Sink.groups_together else 1;
     comptime std.debug.assert(together == 1 or together == 2 or together == 4);
     return together;
@@ -502,7 +502,7 @@ inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, sink: anytype) void {
 inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
     const E = if (t == .f32) u32 else u16;
     if (codes_by_group and E == u16) return decodeHalvesByUnpacks(t, src, sink);
-    const together = comptime groupsTogether(@TypeOf(sink));
+    const together = comptime groupsOfSink(@TypeOf(sink));
     inline for (0..4 / together) |g| {
         var tr: [together]@Vector(64, E) = undefined;
         inline for (0..together) |h| {

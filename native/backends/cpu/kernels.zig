@@ -300,8 +300,8 @@ fn MatvecKernel(comptime t: formats.Type) type {
         ///   four sittings): Q3_K and Q5_K 4-6% less, Q6_K, Q4_0 and Q5_0 2-5%; Q8_0 4-7% more,
         ///   F32 level to 3% more, IQ4_NL and IQ4_XS within 2.5%, Q2_K and Q5_1 level to 3%
         ///   more, Q4_K level.
-        /// - N = 2, two against one (two sittings): Q4_K 8-11% less; Q5_K 26% more (it
-        ///   spilled), the others from 5% less to 2% more.
+        /// - N = 2, two against one (one to three sittings a type): Q4_K 8-11% less (three);
+        ///   Q5_K 26% more (it spilled), the others from 5% less to 2% more.
         /// (F16 and BF16 always come two groups at a time there: decodeHalvesByUnpacks.)
         fn groupsTogether(comptime group: usize) usize {
             return switch (group) {
