@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { benchSvg, parseBenchArgs, resultsBase, runBench, type BenchResult } from "../bench/head.ts";
 import { PeerBench, peerDefaultVocab } from "../bench/peer/compare.ts";
-import { cudaBuild, GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, PeerError } from "../bench/peer/ggml.ts";
+import { cudaBuild, GgmlPeer, installedBins, locatePackage, peerHome, peerPackage, peerPackageFor, PeerError, pinnedName, thisPeerPackage } from "../bench/peer/ggml.ts";
 import { fillHead } from "../bench/weights.ts";
 import { UsageError } from "../src/cli/args.ts";
 import { rowBytes } from "../src/formats.ts";
@@ -17,7 +17,10 @@ import { MlxDevice } from "../src/runtime.ts";
 const root = join(import.meta.dir, "..");
 const empty = mkdtempSync(join(tmpdir(), "lmhead-peer-"));
 afterAll(() => rmSync(empty, { recursive: true, force: true }));
-const pinned = `${peerPackage.name}@${peerPackage.version}`;
+// This machine's package (Linux x86_64 and macOS arm64 have one); the package tests below
+// that need none name Linux's.
+const linux = peerPackageFor("linux", "x64")!;
+const pinned = pinnedName(peerPackage ?? linux);
 
 describe("bench --peer flags", () => {
   test("--peer ggml takes the best buffer and a reduced vocab unless --vocab is given", () => {
@@ -81,18 +84,55 @@ describe("ggml peer package", () => {
     expect(peerHome({})).toEqual({ dir: join(root, ".tools", "peer"), install: true });
   });
 
+  test("the peer is node-llama-cpp's package for Linux x86_64, or for macOS arm64 with its Metal backend, one release; elsewhere a PeerError", () => {
+    const mac = peerPackageFor("darwin", "arm64")!;
+    expect(linux).toMatchObject({ name: "@node-llama-cpp/linux-x64", bins: "linux-x64", base: "libggml-base.so", metal: null });
+    expect(mac).toMatchObject({ name: "@node-llama-cpp/mac-arm64-metal", bins: "mac-arm64-metal", base: "libggml-base.dylib", metal: "libggml-metal.so" });
+    expect([mac.version, mac.ggml, mac.llamaCpp]).toEqual([linux.version, linux.ggml, linux.llamaCpp]);
+    expect(peerPackageFor("linux", "arm64")).toBeNull();
+    expect(() => thisPeerPackage(null, "win32 x64")).toThrow(PeerError);
+    expect(() => thisPeerPackage(null, "win32 x64")).toThrow(/no peer package is wired for win32 x64 .*@node-llama-cpp\/linux-x64 and @node-llama-cpp\/mac-arm64-metal/);
+    expect(thisPeerPackage(mac)).toBe(mac);
+  });
+
+  test("a package counts as installed only at its pinned version, with its libggml-base in its platform's folder", () => {
+    const mac = peerPackageFor("darwin", "arm64")!;
+    const dir = mkdtempSync(join(empty, "installed-"));
+    const packageDir = join(dir, "node_modules", "@node-llama-cpp", "mac-arm64-metal");
+    const bins = join(packageDir, "bins", "mac-arm64-metal");
+    mkdirSync(bins, { recursive: true });
+    writeFileSync(join(packageDir, "package.json"), JSON.stringify({ version: mac.version }));
+    expect(installedBins(dir, mac)).toBeNull(); // no libggml-base.dylib yet
+    writeFileSync(join(bins, "libggml-base.dylib"), "");
+    expect(installedBins(dir, mac)).toBe(bins);
+    expect(installedBins(dir, linux)).toBeNull();
+    expect(locatePackage({ dir, install: false }, () => {}, mac)).toBe(bins);
+    writeFileSync(join(packageDir, "package.json"), JSON.stringify({ version: "3.19.0" }));
+    expect(installedBins(dir, mac)).toBeNull();
+  });
+
   test("a folder without the package is a PeerError that says how to install it", () => {
-    expect(installedBins(empty)).toBeNull();
+    expect(installedBins(empty, linux)).toBeNull();
     let error: unknown;
     try {
-      locatePackage({ dir: empty, install: false }, () => {});
+      locatePackage({ dir: empty, install: false }, () => {}, linux);
     } catch (e) {
       error = e;
     }
+    const linuxPinned = pinnedName(linux);
     expect(error).toBeInstanceOf(PeerError);
-    expect((error as Error).message).toContain(`${pinned} is not installed in LMHEAD_PEER_DIR=${empty}`);
-    expect((error as Error).message).toContain(`npm install --prefix ${empty} --no-save ${pinned}`);
+    expect((error as Error).message).toContain(`${linuxPinned} is not installed in LMHEAD_PEER_DIR=${empty}`);
+    expect((error as Error).message).toContain(`npm install --prefix ${empty} --no-save ${linuxPinned}`);
   });
+
+  test.skipIf(!Bun.which("zig"))("the shim compiles for macOS arm64 (zig cc, its own macOS headers) as it does for Linux, warnings as errors", () => {
+    for (const target of ["aarch64-macos", "x86_64-linux-gnu"]) {
+      const object = join(empty, `shim-${target}.o`);
+      const cc = Bun.spawnSync(["zig", "cc", "-target", target, "-c", "-o", object, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", join(root, "bench", "peer", "shim.c")], { stderr: "pipe" });
+      expect(`${target}: ${cc.stderr.toString()}`).toBe(`${target}: `);
+      expect(cc.exitCode).toBe(0);
+    }
+  }, 120_000);
 
   test("the CUDA peer is a build named by LMHEAD_PEER_CUDA_DIR; without one, a PeerError says how to build it", () => {
     const unset = () => cudaBuild({});
@@ -107,12 +147,16 @@ describe("ggml peer package", () => {
     expect(cudaBuild({ LMHEAD_PEER_CUDA_DIR: build })).toBe(build);
   });
 
-  test("a peer on a GPU takes only the best buffer, and a backend with no peer wired is a PeerError", () => {
+  test("a peer on a GPU takes only the best buffer; the Metal peer needs the Mac's package", () => {
     const o = { rows: [1], iterations: 1, warmup: 0, seed: 1 };
     // Only the device's kind is read before the peer would load.
     const cuda = { kind: "cuda" } as MlxDevice;
+    const metal = { kind: "metal" } as MlxDevice;
     expect(() => PeerBench.open({ name: "ggml", buffer: "repack" }, cuda, o, () => {})).toThrow(new PeerError("--peer-buffer repack: ggml's CUDA backend keeps the weights in the GPU's memory; only best applies"));
-    expect(() => PeerBench.open({ name: "ggml", buffer: "best" }, { kind: "metal" } as MlxDevice, o, () => {})).toThrow(new PeerError("no ggml peer is wired for the metal backend (cpu and cuda are)"));
+    expect(() => PeerBench.open({ name: "ggml", buffer: "amx" }, metal, o, () => {})).toThrow(new PeerError("--peer-buffer amx: ggml's Metal backend keeps the weights in the GPU's memory; only best applies"));
+    if (peerPackage?.metal === null) {
+      expect(() => PeerBench.open({ name: "ggml", buffer: "best" }, metal, o, () => {})).toThrow(new PeerError(`${pinned} carries no Metal backend`));
+    }
   });
 
   test("lmhead bench --peer ggml with the package missing: one line on stderr, exit 1, no download", () => {
@@ -140,7 +184,7 @@ describe("ggml peer, side by side", () => {
     const r = await runBench(o);
     const p = r.peer!;
     expect(p.package).toBe(pinned);
-    expect(p.ggml).toStartWith(`${peerPackage.ggml} (`);
+    expect(p.ggml).toStartWith(`${(peerPackage ?? linux).ggml} (`);
     expect(p.types.map((t) => t.type)).toEqual(["Q8_0", "Q4_0", "F16"]);
     for (const t of p.types) expect(["CPU", ...p.extraBuffers]).toContain(t.buffer);
     expect(p.rows.length).toBe(9);

@@ -14,7 +14,7 @@ import type { MlxModelWeights } from "../../src/head.ts";
 import { GraphSession, type MlxBuffer, type MlxDevice } from "../../src/runtime.ts";
 import { textTable } from "../table.ts";
 import { timeTasks } from "../tasks.ts";
-import { GgmlPeer, peerBuffers, peerPackage, PeerError, type GgmlHead, type PeerBuffer } from "./ggml.ts";
+import { GgmlPeer, peerBuffers, peerPackage, PeerError, pinnedName, type GgmlHead, type PeerBuffer } from "./ggml.ts";
 
 export interface PeerOptions {
   name: "ggml";
@@ -25,7 +25,7 @@ export interface PeerOptions {
 export const peerDefaultVocab = 32768;
 
 export const peerFlags: FlagSpec[] = [
-  { name: "peer", value: "NAME", help: `also time a peer side by side, on the same weights and rows: ggml (its CPU\nbackend, from ${peerPackage.name}@${peerPackage.version}, installed into .tools/peer on\nfirst use; with --backend cuda, its CUDA backend as bench/peer/build-cuda.sh builds\nit, found through LMHEAD_PEER_CUDA_DIR). The default --vocab becomes ${peerDefaultVocab};\n--vocab 262144 is Gemma's` },
+  { name: "peer", value: "NAME", help: `also time a peer side by side, on the same weights and rows: ggml (its CPU\nbackend, from ${peerPackage ? pinnedName(peerPackage) : "node-llama-cpp's package (none for this platform)"}, installed into\n.tools/peer on first use; with --backend metal, its Metal backend from the same\npackage; with --backend cuda, its CUDA backend as bench/peer/build-cuda.sh builds\nit, found through LMHEAD_PEER_CUDA_DIR). The default --vocab becomes ${peerDefaultVocab};\n--vocab 262144 is Gemma's` },
   { name: "peer-buffer", value: "B", help: "where the peer keeps the weights: best (default: AMX, else CPU_REPACK, else\nCPU, the first that runs the type here; a GPU's own memory), cpu, repack or amx" },
 ];
 
@@ -164,15 +164,15 @@ export class PeerBench implements Disposable {
     readonly o: { rows: readonly number[]; iterations: number; warmup: number; seed: number },
   ) {}
 
-  /** Opens the peer on lmhead's kind of device: ggml's CPU backend with as many threads, or its CUDA backend. */
+  /** Opens the peer on lmhead's kind of device: ggml's CPU backend with as many threads, or its backend for the same GPU. */
   static open(options: PeerOptions, device: MlxDevice, o: PeerBench["o"], log: (line: string) => void): PeerBench {
-    if (device.kind === "cuda") {
-      if (options.buffer !== "best") throw new PeerError(`--peer-buffer ${options.buffer}: ggml's CUDA backend keeps the weights in the GPU's memory; only best applies`);
-      const peer = GgmlPeer.openCuda(log);
+    if (device.kind !== "cpu") {
+      const name = device.kind === "cuda" ? "CUDA" : "Metal";
+      if (options.buffer !== "best") throw new PeerError(`--peer-buffer ${options.buffer}: ggml's ${name} backend keeps the weights in the GPU's memory; only best applies`);
+      const peer = device.kind === "cuda" ? GgmlPeer.openCuda(log) : GgmlPeer.openMetal(log);
       log(`peer: ggml ${peer.ggmlVersion} (${peer.ggmlCommit}), ${peer.library} from ${peer.source}, on ${peer.device}`);
       return new PeerBench(peer, options, o);
     }
-    if (device.kind !== "cpu") throw new PeerError(`no ggml peer is wired for the ${device.kind} backend (cpu and cuda are)`);
     const threads = device.threads;
     const peer = GgmlPeer.open(threads, log);
     const named = ({ repack: "CPU_REPACK", amx: "AMX" } as Record<string, string | undefined>)[options.buffer];

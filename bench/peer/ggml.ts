@@ -1,11 +1,11 @@
 /**
  * The bench's ggml peer, driven through a small C shim (shim.c) compiled against the peer's
- * libggml-base.so. Bench only: nothing in src/ or native/ uses it.
+ * libggml-base. Bench only: nothing in src/ or native/ uses it.
  *
- * CPU: ggml's CPU backend from the prebuilt npm package that node-llama-cpp publishes,
- * installed on first use into .tools/peer (npm, never the project's package.json).
- * LMHEAD_PEER_DIR names another folder and turns the install off: the package must already
- * be there.
+ * CPU (and, on a Mac, Metal): ggml's backends from the prebuilt npm package that node-llama-cpp
+ * publishes for the platform, installed on first use into .tools/peer (npm, never the project's
+ * package.json). LMHEAD_PEER_DIR names another folder and turns the install off: the package
+ * must already be there.
  *
  * CUDA: the same ggml version's CUDA backend, built from its source for the GPU at hand by
  * build-cuda.sh (the project's prebuilt CUDA package carries every GPU architecture, 155 MB
@@ -17,13 +17,41 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync } from "no
 import { basename, join } from "node:path";
 import { LmheadError } from "../../src/errors.ts";
 
-/** The pinned peer: the newest release whose ggml headers (tag v0.19.0) the shim's declarations follow. */
-export const peerPackage = {
-  name: "@node-llama-cpp/linux-x64",
-  version: "3.20.0",
-  ggml: "0.19.0",
-  llamaCpp: "b10361",
-} as const;
+/**
+ * The pinned peer: node-llama-cpp's package of this machine's platform, of the newest release
+ * whose ggml headers (tag v0.19.0) the shim's declarations follow. `bins` is its library
+ * folder, `base` its libggml-base, `metal` the Metal backend it carries beside the CPU variants.
+ */
+export type PeerPackage = {
+  readonly name: string;
+  readonly version: string;
+  readonly ggml: string;
+  readonly llamaCpp: string;
+  readonly bins: string;
+  readonly base: string;
+  readonly metal: string | null;
+};
+
+const peerRelease = { version: "3.20.0", ggml: "0.19.0", llamaCpp: "b10361" } as const;
+const peerPlatforms: Record<string, Omit<PeerPackage, keyof typeof peerRelease>> = {
+  "linux x64": { name: "@node-llama-cpp/linux-x64", bins: "linux-x64", base: "libggml-base.so", metal: null },
+  "darwin arm64": { name: "@node-llama-cpp/mac-arm64-metal", bins: "mac-arm64-metal", base: "libggml-base.dylib", metal: "libggml-metal.so" },
+};
+
+/** The peer package for a platform and architecture (process.platform, process.arch), or null where none is wired. */
+export function peerPackageFor(platform: string, arch: string): PeerPackage | null {
+  const p = peerPlatforms[`${platform} ${arch}`];
+  return p ? { ...p, ...peerRelease } : null;
+}
+
+/** This machine's peer package; null where none is wired (opening the peer then says so). */
+export const peerPackage: PeerPackage | null = peerPackageFor(process.platform, process.arch);
+
+/** The package a peer is opened from: this machine's, or a PeerError naming the platforms wired. */
+export function thisPeerPackage(pkg: PeerPackage | null = peerPackage, where = `${process.platform} ${process.arch}`): PeerPackage {
+  if (pkg) return pkg;
+  throw new PeerError(`no peer package is wired for ${where} (${Object.keys(peerPlatforms).join(" and ")} are: node-llama-cpp's ${Object.values(peerPlatforms).map((p) => p.name).join(" and ")})`);
+}
 
 /** Where the weights live on the peer's side; "best" takes the first of AMX, CPU_REPACK, CPU that runs the type. */
 export type PeerBuffer = "best" | "cpu" | "repack" | "amx";
@@ -63,27 +91,30 @@ export function peerHome(env: Record<string, string | undefined> = process.env):
   return fromEnv ? { dir: fromEnv, install: false } : { dir: join(repoRoot, ".tools", "peer"), install: true };
 }
 
-function packageRoot(dir: string): string {
-  return join(dir, "node_modules", ...peerPackage.name.split("/"));
+function packageRoot(dir: string, pkg: PeerPackage): string {
+  return join(dir, "node_modules", ...pkg.name.split("/"));
+}
+
+/** `name@version`, as npm installs it. */
+export function pinnedName(pkg: PeerPackage): string {
+  return `${pkg.name}@${pkg.version}`;
 }
 
 /** The package's library folder if the pinned version is installed in dir, else null. */
-export function installedBins(dir: string): string | null {
+export function installedBins(dir: string, pkg: PeerPackage = thisPeerPackage()): string | null {
   try {
-    const manifest = JSON.parse(readFileSync(join(packageRoot(dir), "package.json"), "utf8")) as { version?: string };
-    const bins = join(packageRoot(dir), "bins", "linux-x64");
-    return manifest.version === peerPackage.version && existsSync(join(bins, "libggml-base.so")) ? bins : null;
+    const manifest = JSON.parse(readFileSync(join(packageRoot(dir, pkg), "package.json"), "utf8")) as { version?: string };
+    const bins = join(packageRoot(dir, pkg), "bins", pkg.bins);
+    return manifest.version === pkg.version && existsSync(join(bins, pkg.base)) ? bins : null;
   } catch {
     return null;
   }
 }
 
-const pinned = `${peerPackage.name}@${peerPackage.version}`;
-
 /** The ggml CUDA build's folder (LMHEAD_PEER_CUDA_DIR), holding libggml-base.so and libggml-cuda.so. */
 export function cudaBuild(env: Record<string, string | undefined> = process.env): string {
   const dir = env.LMHEAD_PEER_CUDA_DIR;
-  const how = `'bench/peer/build-cuda.sh GGML_SOURCE OUT' builds it from ggml v${peerPackage.ggml}'s source (github.com/ggml-org/ggml, tag v${peerPackage.ggml}) for this GPU`;
+  const how = `'bench/peer/build-cuda.sh GGML_SOURCE OUT' builds it from ggml v${peerRelease.ggml}'s source (github.com/ggml-org/ggml, tag v${peerRelease.ggml}) for this GPU`;
   if (!dir) throw new PeerError(`the CUDA peer is ggml's CUDA backend built from source: ${how}; then set LMHEAD_PEER_CUDA_DIR=OUT`);
   for (const library of ["libggml-base.so", "libggml-cuda.so"]) {
     if (!existsSync(join(dir, library))) throw new PeerError(`LMHEAD_PEER_CUDA_DIR=${dir} holds no ${library}; ${how}`);
@@ -92,22 +123,20 @@ export function cudaBuild(env: Record<string, string | undefined> = process.env)
 }
 
 /** The package's library folder, installing the package first when the home allows it. */
-export function locatePackage(home: { dir: string; install: boolean }, log: (line: string) => void): string {
-  if (process.platform !== "linux" || process.arch !== "x64") {
-    throw new PeerError(`only Linux x86_64 is wired (this is ${process.platform} ${process.arch}); the same project publishes @node-llama-cpp/mac-arm64-metal, which this bench does not drive yet`);
-  }
-  const found = installedBins(home.dir);
+export function locatePackage(home: { dir: string; install: boolean }, log: (line: string) => void, pkg: PeerPackage = thisPeerPackage()): string {
+  const pinned = pinnedName(pkg);
+  const found = installedBins(home.dir, pkg);
   if (found) return found;
   if (!home.install) {
     throw new PeerError(`${pinned} is not installed in LMHEAD_PEER_DIR=${home.dir}; install it with 'npm install --prefix ${home.dir} --no-save ${pinned}', or unset LMHEAD_PEER_DIR to let the bench install it into .tools/peer`);
   }
-  log(`installing ${pinned} into ${home.dir} (npm, about 30 MB)`);
+  log(`installing ${pinned} into ${home.dir} (npm, 5-30 MB)`);
   mkdirSync(home.dir, { recursive: true });
   const npm = Bun.spawnSync(["npm", "install", "--prefix", home.dir, "--no-save", "--no-package-lock", "--no-audit", "--no-fund", "--loglevel=error", pinned], {
     stdout: "pipe",
     stderr: "pipe",
   });
-  const bins = installedBins(home.dir);
+  const bins = installedBins(home.dir, pkg);
   if (npm.exitCode !== 0 || !bins) {
     const why = npm.stderr.toString().trim().split("\n").filter((l) => l.length > 0).at(-1) ?? `exit ${npm.exitCode}`;
     throw new PeerError(`could not install ${pinned} with npm (${why}); it needs npm and the npm registry. Run the bench without --peer to time lmhead alone`);
@@ -115,11 +144,11 @@ export function locatePackage(home: { dir: string; install: boolean }, log: (lin
   return bins;
 }
 
-/** Compiles shim.c against the libggml-base.so in bins, once per shim source and folder. */
+/** Compiles shim.c against the libggml-base in bins, once per shim source and folder. */
 function buildShim(bins: string, dir: string, log: (line: string) => void): string {
   const source = join(import.meta.dir, "shim.c");
   const key = createHash("sha256").update(readFileSync(source)).update(bins).digest("hex").slice(0, 16);
-  const out = join(dir, "shim", `liblmhead-peer-${key}.so`);
+  const out = join(dir, "shim", `liblmhead-peer-${key}.${process.platform === "darwin" ? "dylib" : "so"}`);
   if (existsSync(out)) return out;
   // zig cc where ./lmhead has installed zig; the system's cc on a GPU machine that runs the
   // bench with a Bun of its own.
@@ -205,11 +234,22 @@ export class GgmlPeer implements Disposable {
 
   /** ggml's CPU backend: installs (if allowed) and loads the pinned package; every failure is a PeerError. */
   static open(threads: number, log: (line: string) => void = () => {}, home = peerHome()): GgmlPeer {
-    const bins = locatePackage(home, log);
+    const pkg = thisPeerPackage();
+    const bins = locatePackage(home, log, pkg);
     const shim = loadShim(buildShim(bins, home.dir, log));
     const variant = bestVariant(shim, bins);
     const handle = handleOut(shim, (out) => shim.lhp_open(cString(variant.path), threads, out), `open ${variant.name}`);
-    return new GgmlPeer(shim, handle, basename(variant.path), pinned, threads);
+    return new GgmlPeer(shim, handle, basename(variant.path), pinnedName(pkg), threads);
+  }
+
+  /** ggml's Metal backend from the pinned package (a Mac's), on the first GPU; every failure is a PeerError. */
+  static openMetal(log: (line: string) => void = () => {}, home = peerHome()): GgmlPeer {
+    const pkg = thisPeerPackage();
+    if (!pkg.metal) throw new PeerError(`${pinnedName(pkg)} carries no Metal backend`);
+    const bins = locatePackage(home, log, pkg);
+    const shim = loadShim(buildShim(bins, home.dir, log));
+    const handle = handleOut(shim, (out) => shim.lhp_open(cString(join(bins, pkg.metal!)), 0, out), `open ${pkg.metal}`);
+    return new GgmlPeer(shim, handle, pkg.metal, pinnedName(pkg), 0);
   }
 
   /** ggml's CUDA backend on the first GPU, from the build in LMHEAD_PEER_CUDA_DIR; every failure is a PeerError. */
@@ -218,7 +258,7 @@ export class GgmlPeer implements Disposable {
     const shim = loadShim(buildShim(bins, bins, log));
     const path = join(bins, "libggml-cuda.so");
     const handle = handleOut(shim, (out) => shim.lhp_open(cString(path), 0, out), "open libggml-cuda.so");
-    return new GgmlPeer(shim, handle, "libggml-cuda.so", `ggml-org/ggml v${peerPackage.ggml} built by bench/peer/build-cuda.sh in ${bins}`, 0);
+    return new GgmlPeer(shim, handle, "libggml-cuda.so", `ggml-org/ggml v${peerRelease.ggml} built by bench/peer/build-cuda.sh in ${bins}`, 0);
   }
 
   /**

@@ -1,13 +1,14 @@
-// The bench's ggml peer: ggml's CPU or CUDA backend computing the head's mul_mat, for the
-// side-by-side bench only (never part of liblmhead). bun:ffi cannot pass ggml_init's by-value struct, so
-// this small layer owns every ggml call and exposes pointers, integers and status codes.
+// The bench's ggml peer: ggml's CPU, CUDA or Metal backend computing the head's mul_mat, for
+// the side-by-side bench only (never part of liblmhead). bun:ffi cannot pass ggml_init's
+// by-value struct, so this small layer owns every ggml call and exposes pointers, integers and
+// status codes.
 //
 // The declarations below are written from the public headers of ggml v0.19.0 (ggml-org/ggml
 // tag v0.19.0: include/ggml.h, ggml-alloc.h, ggml-backend.h, ggml-cpu.h, and
 // src/ggml-backend-impl.h for the two entry points every dynamically loaded backend exports),
-// the ggml that @node-llama-cpp/linux-x64@3.20.0 bundles (llama.cpp b10361) and that
-// build-cuda.sh builds from source for a GPU. Only what this file calls is declared. lhp_open
-// refuses a library whose ggml_version() differs.
+// the ggml that @node-llama-cpp/linux-x64@3.20.0 and mac-arm64-metal@3.20.0 bundle (llama.cpp
+// b10361) and that build-cuda.sh builds from source for a GPU. Only what this file calls is
+// declared. lhp_open refuses a library whose ggml_version() differs.
 //
 // ggml aborts the process on a failed assertion, so every entry point checks sizes, alignment
 // and types before handing anything to ggml. Errors: a non-zero status and lhp_last_error.
@@ -116,7 +117,7 @@ enum lhp_status { LHP_OK = 0, LHP_INVALID = 1, LHP_UNSUPPORTED = 2, LHP_FAILED =
 enum lhp_buffer { LHP_BUFFER_BEST = 0, LHP_BUFFER_CPU = 1, LHP_BUFFER_REPACK = 2, LHP_BUFFER_AMX = 3 };
 
 struct lhp_peer {
-    void * library; // dlopen handle of libggml-cpu-<variant>.so or libggml-cuda.so
+    void * library; // dlopen handle of libggml-cpu-<variant>.so, libggml-cuda.so or libggml-metal.so
     ggml_backend_dev_t device;
     bool cpu; // the device computes in host memory, on `threads` threads
     ggml_backend_t backend;
