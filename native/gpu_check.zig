@@ -9,8 +9,10 @@
 //!
 //!   lmhead-gpu-check check [TYPES]   every head type x N, or those listed (e.g. `Q3_K,Q8_0`),
 //!                            realistic and adversarial inputs, --ftz both ways
-//!   lmhead-gpu-check bench [TYPES [ROWS]]   ms per call, % of the floor, at vocab 262144 x hidden 2816,
-//!                            for every head type and N, or those listed (e.g. `Q6_K,F16 1,8`)
+//!   lmhead-gpu-check bench [TYPES [ROWS [VOCAB]]]   ms per call, % of the floor, at vocab 262144
+//!                            (or VOCAB) x hidden 2816, for every head type and N, or those listed
+//!                            (e.g. `Q6_K,F16 1,8`; a vocab whose weights fit the GPU's L2 cache
+//!                            tells memory-bound kernels from the others)
 const std = @import("std");
 const formats = @import("numerics/formats.zig");
 const device_mod = @import("core/device.zig");
@@ -54,6 +56,14 @@ pub fn main(init: std.process.Init.Minimal) !void {
     var args = init.args.iterate();
     _ = args.skip();
     const mode = args.next() orelse "check";
+    // Every argument is checked before the device opens, so a wrong one is a usage error
+    // even where no GPU is.
+    const listed_types = args.next() orelse "";
+    const listed_rows = args.next() orelse "";
+    const vocab = if (args.next()) |v| std.fmt.parseInt(u32, v, 10) catch 0 else full_vocab;
+    const is_check = std.mem.eql(u8, mode, "check");
+    if (!is_check and !std.mem.eql(u8, mode, "bench")) usage();
+    if (vocab == 0 or vocab > full_vocab or (is_check and (listed_rows.len > 0 or vocab != full_vocab))) usage();
     var cuda: u64 = 0;
     const open_start = seconds();
     const opened = lib.lmh_device_open(@backingInt(device_mod.Kind.cuda), &cuda);
@@ -74,16 +84,12 @@ pub fn main(init: std.process.Init.Minimal) !void {
     var len: u64 = 0;
     try ok(lib.lmh_device_info(cuda, &info, &text, text.len, &len));
     std.debug.print("device: {s} (opened in {d:.1} s: the one-row kernels compiled or read from the cache, the others on first use)\n", .{ text[0..@min(len, text.len)], seconds() - open_start });
-    if (std.mem.eql(u8, mode, "check")) {
-        try check(cuda, args.next() orelse "");
-    } else if (std.mem.eql(u8, mode, "bench")) {
-        const types = args.next() orelse "";
-        const rows = args.next() orelse "";
-        try bench(cuda, types, rows);
-    } else {
-        std.debug.print("usage: lmhead-gpu-check check [TYPE,...] | bench [TYPE,... [N,...]]\n", .{});
-        std.process.exit(2);
-    }
+    if (is_check) try check(cuda, listed_types) else try bench(cuda, listed_types, listed_rows, vocab);
+}
+
+fn usage() noreturn {
+    std.debug.print("usage: lmhead-gpu-check check [TYPE,...] | bench [TYPE,... [N,... [VOCAB]]] (VOCAB 1 to {d})\n", .{full_vocab});
+    std.process.exit(2);
 }
 
 /// One head on one device: weights, norm, and scratch for up to pool_rows rows.
@@ -319,7 +325,7 @@ fn listed(list: []const u8, item: []const u8) bool {
     return false;
 }
 
-fn bench(cuda: u64, types: []const u8, rows: []const u8) !void {
+fn bench(cuda: u64, types: []const u8, rows: []const u8, vocab: u32) !void {
     const a = std.heap.c_allocator;
     var bandwidth: [2]f64 = undefined;
     try ok(lib.lmh_device_read_bandwidth(cuda, 4 << 30, 20, &bandwidth));
@@ -335,14 +341,14 @@ fn bench(cuda: u64, types: []const u8, rows: []const u8) !void {
     defer a.free(x);
     for (x) |*v| v.* = (random.float(f32) - 0.5) * 6;
     try launchOverhead(cuda, norm, x);
-    std.debug.print("\n| type | GB | N | ms/call | norm + matvec ms | floor ms | % of floor (call) | % of floor (norm + matvec) | logits read ms, pageable / pinned |\n|---|---|---|---|---|---|---|---|---|\n", .{});
+    std.debug.print("\nvocab {d} x hidden {d}\n| type | GB | N | ms/call | norm + matvec ms | floor ms | % of floor (call) | % of floor (norm + matvec) | logits read ms, pageable / pinned |\n|---|---|---|---|---|---|---|---|---|\n", .{ vocab, full_hidden });
     for (formats.all) |f| {
         if (!f.head or !listed(types, f.name)) continue;
         const row_bytes = formats.rowBytes(f.type, full_hidden).?;
-        const weights = try a.alloc(u8, row_bytes * full_vocab);
+        const weights = try a.alloc(u8, row_bytes * vocab);
         defer a.free(weights);
         fillWeights(f.type, random, weights, row_bytes, .realistic);
-        var head = try Head.init(cuda, @backingInt(f.type), full_hidden, full_vocab, weights, norm);
+        var head = try Head.init(cuda, @backingInt(f.type), full_hidden, vocab, weights, norm);
         defer head.deinit();
         try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
         for (bench_rows) |n| {
@@ -352,7 +358,7 @@ fn bench(cuda: u64, types: []const u8, rows: []const u8) !void {
             const matvec_ms = try timeHead(&head, n, 20, .norm_matvec);
             const read_ms = try timeRead(&head, n);
             const bytes: f64 = @floatFromInt(weights.len);
-            const fmas: f64 = @floatFromInt(@as(u64, n) * full_vocab * full_hidden);
+            const fmas: f64 = @floatFromInt(@as(u64, n) * vocab * full_hidden);
             const floor_ms = @max(bytes / bandwidth[0], fmas / fma_rate) * 1e3;
             std.debug.print("| {s} | {d:.3} | {d} | {d:.3} | {d:.3} | {d:.3} | {d:.0}% | {d:.0}% | {d:.3} / {d:.3} |\n", .{ f.name, bytes * 1e-9, n, ms, matvec_ms, floor_ms, floor_ms / ms * 100, floor_ms / matvec_ms * 100, read_ms[0], read_ms[1] });
         }

@@ -53,6 +53,15 @@ test("a driver that sees no GPU is a machine without CUDA: the check skips and s
   expect(code).toBe(0);
 });
 
+test("a wrong argument is a usage error before any device opens (bench VOCAB from 1 to 262144)", () => {
+  if (!existsSync(check)) throw new Error(`${check} is missing: ./lmhead test builds it (zig build gpu-check)`);
+  for (const args of [["bench", "Q6_K", "1", "0"], ["bench", "Q6_K", "1", "262145"], ["bench", "Q6_K", "1", "many"], ["check", "Q6_K", "1"], ["profile"]]) {
+    const run = Bun.spawnSync([check, ...args], { env: { ...process.env, LMHEAD_LIBCUDA: join(dir, "no-libcuda.so") }, stdout: "pipe", stderr: "pipe" });
+    expect(`${args.join(" ")}: ${run.stderr.toString()}`).toContain("usage: lmhead-gpu-check check [TYPE,...] | bench [TYPE,... [N,... [VOCAB]]] (VOCAB 1 to 262144)");
+    expect(run.exitCode).toBe(2);
+  }
+});
+
 test("a driver that fails is a failure of the check, not a skip", () => {
   const { code, out } = runCheck(fakeDriver(999));
   expect(out).toContain("FAIL: the CUDA device did not open");
