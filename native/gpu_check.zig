@@ -59,11 +59,14 @@ pub fn main(init: std.process.Init.Minimal) !void {
     // Every argument is checked before the device opens, so a wrong one is a usage error
     // even where no GPU is.
     const listed_types = args.next() orelse "";
-    const listed_rows = args.next() orelse "";
-    const vocab = if (args.next()) |v| std.fmt.parseInt(u32, v, 10) catch 0 else full_vocab;
+    const rows_arg = args.next();
+    const vocab_arg = args.next();
+    if (args.next() != null) usage();
     const is_check = std.mem.eql(u8, mode, "check");
     if (!is_check and !std.mem.eql(u8, mode, "bench")) usage();
-    if (vocab == 0 or vocab > full_vocab or (is_check and (listed_rows.len > 0 or vocab != full_vocab))) usage();
+    if (is_check and rows_arg != null) usage();
+    const vocab = if (vocab_arg) |v| std.fmt.parseInt(u32, v, 10) catch 0 else full_vocab;
+    if (vocab == 0 or vocab > full_vocab) usage();
     var cuda: u64 = 0;
     const open_start = seconds();
     const opened = lib.lmh_device_open(@backingInt(device_mod.Kind.cuda), &cuda);
@@ -84,7 +87,7 @@ pub fn main(init: std.process.Init.Minimal) !void {
     var len: u64 = 0;
     try ok(lib.lmh_device_info(cuda, &info, &text, text.len, &len));
     std.debug.print("device: {s} (opened in {d:.1} s: the one-row kernels compiled or read from the cache, the others on first use)\n", .{ text[0..@min(len, text.len)], seconds() - open_start });
-    if (is_check) try check(cuda, listed_types) else try bench(cuda, listed_types, listed_rows, vocab);
+    if (is_check) try check(cuda, listed_types) else try bench(cuda, listed_types, rows_arg orelse "", vocab);
 }
 
 fn usage() noreturn {

@@ -17,9 +17,10 @@ import { MlxDevice } from "../src/runtime.ts";
 const root = join(import.meta.dir, "..");
 const empty = mkdtempSync(join(tmpdir(), "lmhead-peer-"));
 afterAll(() => rmSync(empty, { recursive: true, force: true }));
-// This machine's package (Linux x86_64 and macOS arm64 have one); the package tests below
-// that need none name Linux's.
+// The two wired packages; `pinned` is this machine's (Linux's where none is wired), and the
+// tests that need no particular one name Linux's.
 const linux = peerPackageFor("linux", "x64")!;
+const mac = peerPackageFor("darwin", "arm64")!;
 const pinned = pinnedName(peerPackage ?? linux);
 
 describe("bench --peer flags", () => {
@@ -85,7 +86,6 @@ describe("ggml peer package", () => {
   });
 
   test("the peer is node-llama-cpp's package for Linux x86_64, or for macOS arm64 with its Metal backend, one release; elsewhere a PeerError", () => {
-    const mac = peerPackageFor("darwin", "arm64")!;
     expect(linux).toMatchObject({ name: "@node-llama-cpp/linux-x64", bins: "linux-x64", base: "libggml-base.so", metal: null });
     expect(mac).toMatchObject({ name: "@node-llama-cpp/mac-arm64-metal", bins: "mac-arm64-metal", base: "libggml-base.dylib", metal: "libggml-metal.so" });
     expect([mac.version, mac.ggml, mac.llamaCpp]).toEqual([linux.version, linux.ggml, linux.llamaCpp]);
@@ -96,7 +96,6 @@ describe("ggml peer package", () => {
   });
 
   test("a package counts as installed only at its pinned version, with its libggml-base in its platform's folder", () => {
-    const mac = peerPackageFor("darwin", "arm64")!;
     const dir = mkdtempSync(join(empty, "installed-"));
     const packageDir = join(dir, "node_modules", "@node-llama-cpp", "mac-arm64-metal");
     const bins = join(packageDir, "bins", "mac-arm64-metal");
