@@ -131,26 +131,28 @@ inline fn perLane(comptime n: usize, v: @Vector(n, f32)) V32f {
     return @shuffle(f32, v, undefined, m);
 }
 
-/// Whether emit takes its codes back from L1 rather than from registers: with 512-bit
-/// vectors, 16 codes come out of a register by a shuffle on the port the widening and the
-/// arithmetic need, and a 16-byte load of them costs a load port instead. Measured on a
-/// 2-core Xeon (AVX-512), interleaved: Q4_K, Q6_K and Q2_K N = 1 and Q4_K N = 8 4–5% faster,
-/// the other quantized types 0–3%; the AVX2 level was 0–3% slower with it, so it keeps the
-/// registers.
-const codes_through_l1 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f) and
-    !std.Target.x86.featureSetHas(builtin.cpu.features, .prefer_256_bit);
-
-/// Whether emit converts its codes a group of 8 lanes at a time (8 codes of a step each),
-/// rather than permuting the whole chunk into lane-major order first (lanesFromGroups) and
-/// converting 16 at a time. Without AVX-512's byte permutes, the chunk's permutes cross
-/// 128-bit halves at every stage and its 256 codes outgrow the 16 registers. It pays only
-/// together with the kernels' FmaSink (kernels.zig says what was measured), which is used
-/// where this is. A group's codes cross the halves once (laneQuads), then each step takes
-/// one in-half byte shuffle (codeHigh): measured on a 2-core AMD EPYC (Zen 1, AVX2), vocab
+/// Whether emit converts its codes a group of lanes at a time (8 codes of a step for each
+/// of 8 lanes, or of 16 lanes, two groups, with AVX-512), rather than permuting the whole
+/// chunk into lane-major order first (lanesFromGroups) and converting 16 at a time: on
+/// every x86-64 level. A group's codes cross the vector's 128-bit halves once (laneQuads),
+/// then each step takes one in-half byte shuffle (codeHigh), and no code goes through
+/// memory. Without AVX-512 the chunk's permutes cross the halves at every stage and its
+/// 256 codes outgrow the 16 registers: measured on a 2-core AMD EPYC (Zen 1, AVX2), vocab
 /// 32768 × hidden 2816, A-B-A-B against an 8 × 8 byte transpose per group (which LLVM built
-/// from a cross-half `vpermd` per two steps): every quantized type 17–38% less a call at N =
-/// 1 (Q8_0 16.4 → 11.4 ms), 8–27% at N = 2, 5–16% at N = 8.
-pub const codes_by_group = builtin.cpu.arch == .x86_64 and !std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f);
+/// from a cross-half `vpermd` per two steps), every quantized type 17–38% less a call at N =
+/// 1 (Q8_0 16.4 → 11.4 ms), 8–27% at N = 2, 5–16% at N = 8. With AVX-512, against the
+/// chunk's permutes whose codes were stored and read back 16 at a time (loads cost a load
+/// port where a shuffle out of a register took the port the widening needs) and the decoded
+/// chunk stored for the fmas, on a 2-core AMD EPYC (Zen 4), vocab 32768, 8 interleaved
+/// rounds: every quantized type 10–24% less a call at N = 1 and 2 (Q6_K 6.7 → 5.6 ms at N =
+/// 1), 0–16% at N = 3, 4–23% at N = 4; at N = 8 and 32 (tiles, which store the chunk either
+/// way) within the noise of these runs (the unchanged F16 moved up to 11% either way; Q4_0
+/// at N = 8 read 0.96, 1.08 and 1.04 of before in three runs).
+pub const codes_by_group = builtin.cpu.arch == .x86_64;
+
+const has_avx512 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f);
+/// Lanes whose codes one conversion takes: a group of 8, or two groups with 512-bit vectors.
+const code_lanes = if (has_avx512) 16 else 8;
 
 /// Converts a chunk's codes (4 natural-order groups of 64, as the decoders build them) and
 /// puts scale·q (+ or − min) into the sink, step by step, with the scale (and min) of each
@@ -159,15 +161,17 @@ pub const codes_by_group = builtin.cpu.arch == .x86_64 and !std.Target.x86.featu
 inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale: @Vector(n, f32), comptime min_op: enum { none, add, sub }, min: @Vector(n, f32), sink: anytype) void {
     const addend = if (min_op == .sub) -min else min;
     if (codes_by_group) {
-        const V8f = @Vector(8, f32);
-        const together = comptime groupsOfSink(@TypeOf(sink));
-        inline for (0..4 / together) |p| {
-            var quads: [together][2]@Vector(32, u8) = undefined;
-            var s: [together]V8f = undefined;
-            var a: [together]V8f = undefined;
+        const Vf = @Vector(code_lanes, f32);
+        const groups = code_lanes / 8;
+        const together: usize = comptime @min(groupsOfSink(@TypeOf(sink)), 4 / groups);
+        inline for (0..4 / (groups * together)) |p| {
+            var quads: [together][2]@Vector(4 * code_lanes, u8) = undefined;
+            var s: [together]Vf = undefined;
+            var a: [together]Vf = undefined;
             inline for (0..together) |h| {
+                // Lanes [code_lanes·k, +code_lanes) of the chunk.
                 const k = together * p + h;
-                quads[h] = laneQuads(g[k]);
+                quads[h] = laneQuads(groups, if (groups == 1) g[k] else concat(u8, 64, g[2 * k], g[2 * k + 1]));
                 // Codes come out as q·2^24 (codeHigh), so the scale takes the 2^-24: both
                 // products are exact, and so is their product, q·scale. With a min, each
                 // group's scales and mins are made from the sub-blocks' next to their use
@@ -177,15 +181,15 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
                 // 6–14% at N = 2 and 8, Q5_1 1–8%; without a min (Q8_0, Q6_K, Q3_K) the same
                 // ordering made N = 1 4–11% slower.
                 const ordered = if (min_op == .none) scale else inOrder(n, scale);
-                s[h] = part(f32, 8, perLane(n, ordered), k) * @as(V8f, @splat(0x1p-24));
-                if (min_op != .none) a[h] = part(f32, 8, perLane(n, inOrder(n, addend)), k);
+                s[h] = part(f32, code_lanes, perLane(n, ordered), k) * @as(Vf, @splat(0x1p-24));
+                if (min_op != .none) a[h] = part(f32, code_lanes, perLane(n, inOrder(n, addend)), k);
             }
             inline for (0..8) |i| inline for (0..together) |h| {
                 const k = together * p + h;
-                const q: V8f = @floatFromInt(codeHigh(quads[h][i / 4], i % 4));
-                sink.put(32 * i + 8 * k, 8, switch (min_op) {
+                const q: Vf = @floatFromInt(codeHigh(code_lanes, quads[h][i / 4], i % 4));
+                sink.put(32 * i + code_lanes * k, code_lanes, switch (min_op) {
                     .none => s[h] * q,
-                    .add, .sub => @mulAdd(V8f, s[h], q, a[h]),
+                    .add, .sub => @mulAdd(Vf, s[h], q, a[h]),
                 });
             };
         }
@@ -197,16 +201,9 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
     const lane_addend = perLane(n, addend);
     const scales = [2]V16f{ part(f32, 16, lane_scale, 0), part(f32, 16, lane_scale, 1) };
     const addends = [2]V16f{ part(f32, 16, lane_addend, 0), part(f32, 16, lane_addend, 1) };
-    // Stored only where the codes come back from L1; read there by volatile loads, so LLVM
-    // cannot fold the store and the loads back into shuffles.
-    var spilled: [4]@Vector(64, u8) align(64) = if (codes_through_l1) lm else undefined;
-    const bytes: [*]u8 = @ptrCast(&spilled);
     // Codes 16k.. of the chunk: lanes 0-15 or 16-31 of step k / 2.
     inline for (0..16) |k| {
-        const codes: @Vector(16, E) = if (codes_through_l1)
-            @as(*const volatile @Vector(16, E), @ptrCast(@alignCast(bytes + 16 * k))).*
-        else
-            @bitCast(part(u8, 16, lm[k / 4], k % 4));
+        const codes: @Vector(16, E) = @bitCast(part(u8, 16, lm[k / 4], k % 4));
         const q: V16f = @floatFromInt(codes);
         sink.put(16 * k, 16, switch (min_op) {
             .none => scales[k % 2] * q,
@@ -215,35 +212,37 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
     }
 }
 
-/// Groups of 8 lanes whose steps emit interleaves: a sink may ask for 2 or 4
-/// (`groups_together`), so that the fmas it chains per lane come from that many groups in turn.
+/// Groups of lanes whose steps a decoder interleaves (emit's conversions of code_lanes lanes,
+/// the dense decoders' groups of 8): a sink may ask for 2 or 4 (`groups_together`; emit takes
+/// as many as the chunk holds), so that the fmas it chains per lane come from that many
+/// groups in turn.
 fn groupsOfSink(comptime Sink: type) usize {
     const together = if (@hasDecl(Sink, "groups_together")) Sink.groups_together else 1;
     comptime std.debug.assert(together == 1 or together == 2 or together == 4);
     return together;
 }
 
-/// A natural-order group's codes (lane l's 8 codes at bytes 8l..8l+7) as two vectors of 8
-/// words: word l of quads[h] holds lane l's codes 4h..4h+3. Only this step crosses the
-/// vector's 128-bit halves (on AVX2 a `vshufps` and a `vpermpd` per vector, in the
-/// disassembly).
-inline fn laneQuads(x: @Vector(64, u8)) [2]@Vector(32, u8) {
-    comptime var m: [2][32]i32 = undefined;
-    inline for (0..2) |h| inline for (0..8) |l| inline for (0..4) |b| {
-        m[h][4 * l + b] = 8 * l + 4 * h + b;
+/// `groups` natural-order groups' codes (group k's lane l has its 8 codes at bytes
+/// 64k + 8l..+7) as two vectors of 8·groups words: word 8k + l of quads[h] holds that lane's
+/// codes 4h..4h+3. Only this step crosses the vector's 128-bit halves (with AVX2 a `vshufps`
+/// and a `vpermpd` per vector, in the disassembly).
+inline fn laneQuads(comptime groups: usize, x: @Vector(64 * groups, u8)) [2]@Vector(32 * groups, u8) {
+    comptime var m: [2][32 * groups]i32 = undefined;
+    inline for (0..2) |h| inline for (0..8 * groups) |w| inline for (0..4) |b| {
+        m[h][4 * w + b] = 8 * w + 4 * h + b;
     };
     return .{ @shuffle(u8, x, undefined, m[0]), @shuffle(u8, x, undefined, m[1]) };
 }
 
-/// Code i of each lane's word in the word's top byte, the rest zero: q·2^24 as an i32 for
-/// a signed code q, and for an unsigned one too (every format's unsigned codes are below
-/// 128). One in-half byte shuffle a step.
-inline fn codeHigh(quad: @Vector(32, u8), comptime i: usize) @Vector(8, i32) {
-    comptime var m: [32]i32 = undefined;
-    inline for (0..8) |l| inline for (0..4) |b| {
-        m[4 * l + b] = if (b == 3) 4 * l + i else ~@as(i32, 0);
+/// Code i of each word in the word's top byte, the rest zero: q·2^24 as an i32 for a signed
+/// code q, and for an unsigned one too (every format's unsigned codes are below 128). One
+/// in-half byte shuffle a step.
+inline fn codeHigh(comptime words: usize, quad: @Vector(4 * words, u8), comptime i: usize) @Vector(words, i32) {
+    comptime var m: [4 * words]i32 = undefined;
+    inline for (0..words) |w| inline for (0..4) |b| {
+        m[4 * w + b] = if (b == 3) 4 * w + i else ~@as(i32, 0);
     };
-    return @bitCast(@shuffle(u8, quad, @as(@Vector(32, u8), @splat(0)), m));
+    return @bitCast(@shuffle(u8, quad, @as(@Vector(4 * words, u8), @splat(0)), m));
 }
 
 /// v as it is, through an empty asm with side effects, which LLVM keeps in order with the
@@ -508,7 +507,7 @@ inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, sink: anytype) void {
 /// 16 at a time (two steps of the group's 8 lanes).
 inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
     const E = if (t == .f32) u32 else u16;
-    if (codes_by_group and E == u16) return decodeHalvesByUnpacks(t, src, sink);
+    if (builtin.cpu.arch == .x86_64 and !has_avx512 and E == u16) return decodeHalvesByUnpacks(t, src, sink);
     const together = comptime groupsOfSink(@TypeOf(sink));
     inline for (0..4 / together) |g| {
         var tr: [together]@Vector(64, E) = undefined;

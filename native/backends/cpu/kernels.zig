@@ -195,9 +195,17 @@ const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width 
 /// either way (Q5_K 9% more once), Q4_K 3-6% more; N = 2 12-14% less for Q6_K and Q3_K, 2-10%
 /// for IQ4_XS, Q4_K and Q5_K. For the quantized types either change alone stayed within 5%
 /// of the stores. At N ≥ 3 (tiles, which store the chunk either way) every type stayed
-/// within the noise of these runs (up to 10% between runs of unchanged kernels). The AVX-512
-/// level keeps its stores (this was not measured there).
-const decode_into_fmas = decode.codes_by_group;
+/// within the noise of these runs (up to 10% between runs of unchanged kernels). With
+/// AVX-512 the quantized types do so too, 16 lanes a conversion, for up to 3 batch rows
+/// (decode.zig has what that measured on a Zen 4); at 4 rows, whose 16 accumulators share
+/// the 32 registers with the decoder's, storing the chunk took 4-16% less a call for every
+/// quantized type (same Zen 4, 8 interleaved rounds; Q5_1 5-11% more than before with the
+/// fmas). The dense types keep their stores (their 64-value transposes hand over 8 lanes at
+/// a time, a quarter of an accumulator's register).
+fn decodesIntoFmas(comptime t: formats.Type, comptime group: usize) bool {
+    if (!decode.codes_by_group) return false;
+    return elementwise_width < 16 or (formats.of(t).block_values > 1 and group <= 3);
+}
 const tile_block_chunks = 2;
 const tile_block_values = tile_block_chunks * lanes.chunk_values;
 /// Vocab rows a worker claims at a time: long enough to be a sequential stream.
@@ -395,7 +403,7 @@ fn MatvecKernel(comptime t: formats.Type) type {
         fn fusedRows(job: *const Kernel, comptime pair: usize, comptime group: usize, j: usize, stride: usize) void {
             var acc: [pair][group]Lanes = @splat(@splat(@splat(0)));
             for (0..job.p.chunks) |c| {
-                if (decode_into_fmas) {
+                if (comptime decodesIntoFmas(t, group)) {
                     inline for (0..pair) |v| {
                         const row = job.weightRow(j + v * stride);
                         prefetchAhead(row, c, prefetch_bytes);
