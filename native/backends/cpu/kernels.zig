@@ -137,11 +137,12 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// unchanged F16 read 0.91–1.22 of itself in single sittings). Since the pair's rows are
 /// half a task apart (two streams), F32 takes two at N = 1 too: 13–19% less a call, vocab
 /// 131072 and 262144 (three sittings of 2 to 5 A-B pairs); Q4_0 and Q4_K were 8–10% slower
-/// with two still.
+/// with two still, until their codes went into the fmas a step at a time (decode.zig's
+/// codes_by_group): then two took 9–15% less a call for Q4_0 and 1–8% for Q4_K at N = 1 on
+/// a 2-core Zen 4 (vocab 32768, 8 and 12 interleaved rounds).
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
     if (elementwise_width < 16 and group <= 2) return if (t == .q5_k and group == 1) 2 else 1;
-    if (group != 1) return 2;
-    return if (t == .q4_0 or t == .q4_k) 1 else 2;
+    return 2;
 }
 /// Larger batches take a tile of vocab rows 2 chunks at a time: the block is decoded into
 /// L1 (2 KiB a row) and swept there by every batch row, a group at a time, so only the
@@ -311,11 +312,14 @@ fn MatvecKernel(comptime t: formats.Type) type {
         /// - N = 2, two against one (one to three sittings a type): Q4_K 8-11% less (three);
         ///   Q5_K 26% more (it spilled), the others from 5% less to 2% more.
         /// (F16 and BF16 always come two groups at a time there: decodeHalvesByUnpacks.)
+        /// With AVX-512 a conversion takes two groups, so 4 means 2 conversions there; Q4_K
+        /// at N = 1 took 10-11% less a call with 2 than with 1 on a 2-core Zen 4 (vocab
+        /// 32768, two runs of 8 and 12 interleaved rounds; with AVX2 it was level, above).
         fn groupsTogether(comptime group: usize) usize {
             return switch (group) {
                 1 => switch (t) {
                     .q6_k, .q4_0, .q5_0, .q3_k, .q5_k => 4,
-                    .q8_0, .iq4_nl, .iq4_xs, .f32 => 2,
+                    .q8_0, .iq4_nl, .iq4_xs, .f32, .q4_k => 2,
                     else => 1,
                 },
                 2 => if (t == .q4_k) 2 else 1,
