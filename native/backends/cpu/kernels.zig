@@ -199,10 +199,11 @@ const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width 
 /// within the noise of these runs (up to 10% between runs of unchanged kernels). With
 /// AVX-512 the quantized types do so too, 16 lanes a conversion, for up to 3 batch rows
 /// (decode.zig has what that measured on a Zen 4); at 4 rows, whose 16 accumulators share
-/// the 32 registers with the decoder's, storing the chunk took 4-16% less a call for every
-/// quantized type (same Zen 4, 8 interleaved rounds; Q5_1 5-11% more than before with the
-/// fmas). The dense types keep their stores (their 64-value transposes hand over 8 lanes at
-/// a time, a quarter of an accumulator's register).
+/// the 32 registers with the decoder's, storing the chunk took 3-16% less a call than the
+/// fmas for 9 of the 11 quantized types and 3-4% more for Q2_K and Q3_K (same Zen 4, 8
+/// interleaved rounds), and with the fmas Q5_1 had been 5-11% slower than before. The dense
+/// types keep their stores (their 64-value transposes hand over 8 lanes at a time, a
+/// quarter of an accumulator's register).
 fn decodesIntoFmas(comptime t: formats.Type, comptime group: usize) bool {
     if (!decode.codes_by_group) return false;
     return elementwise_width < 16 or (formats.of(t).block_values > 1 and group <= 3);
