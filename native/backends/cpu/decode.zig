@@ -19,14 +19,14 @@ const f16ToF32 = formats.f16ToF32;
 // lane-major order puts element 8l+i at out[32i+l]. Every decoder below works the same way:
 //   1. build the chunk's integer codes (or dense bit patterns) in natural element order, as four
 //      64-element groups (group g = elements 64g..64g+63 = lanes 8g..8g+7), with vector ops only;
-//   2. permute them into lane-major order with comptime @shuffle masks: an 8×8 transpose inside
-//      each group, then (`lanesFromGroups`, with AVX-512) a 4-way interleave of 8-element rows
-//      across groups; without AVX-512, one step's codes of a group's 8 lanes at a time
-//      (codes_by_group);
-//   3. convert 16 codes at a time (8 without AVX-512) to f32, apply the
-//      per-lane scale (and min) and put them into a sink: the chunk's array, or the kernel's
-//      fmas. For every format a lane's 8 elements share one scale: sub-blocks hold 16 or 32
-//      elements and blocks 32.
+//   2. permute them into lane-major order with comptime @shuffle masks: on x86-64 one step's
+//      codes of a group's 8 lanes (two groups' 16 with AVX-512) at a time (codes_by_group);
+//      elsewhere the whole chunk, an 8×8 transpose inside each group, then a 4-way
+//      interleave of 8-element rows across groups (`lanesFromGroups`);
+//   3. convert those codes (16 at a time for the whole chunk) to f32, apply the per-lane scale
+//      (and min) and put them into a sink: the chunk's array, or the kernel's fmas. For every
+//      format a lane's 8 elements share one scale: sub-blocks hold 16 or 32 elements and
+//      blocks 32.
 // The arithmetic per element is the one of decodeBlock, on the same operands, so results are equal bit
 // for bit (the products are exact anyway, see the note above decodeBlock).
 
@@ -273,7 +273,7 @@ inline fn part(comptime E: type, comptime n: usize, v: anytype, comptime i: usiz
 /// against the select tree on a 2-core AMD EPYC (Zen 4), vocab 32768, 4 interleaved rounds,
 /// IQ4_NL and IQ4_XS 34–37% less a call at N = 1 and 2, 18% at N = 8, level at N = 32.
 const iq4_by_shuffle = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx2);
-const iq4_shuffle_bytes = if (std.Target.x86.featureSetHas(builtin.cpu.features, .avx512bw)) 64 else 32;
+const iq4_shuffle_bytes = if (iq4_by_shuffle and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512bw)) 64 else 32;
 
 /// 16-entry lookup (IQ4 codebook) of nibbles: each index byte (below 16) replaced by its
 /// entry's bits.
