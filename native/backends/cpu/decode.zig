@@ -789,4 +789,3 @@ test "chunkLanes equals the transposed decodeBlock output bit for bit" {
         try checkLanes(t, row, 65536);
     }
 }
-
