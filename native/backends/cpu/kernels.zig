@@ -558,6 +558,7 @@ inline fn storePart(accs: []Lanes, i: usize, comptime q: usize, v: SweepVector) 
     all[q * sweep_width ..][0..sweep_width].* = v;
 }
 
+/// The cache a prefetch asks bytes into (x86-64: `prefetcht0`, `prefetcht1`).
 const Cache = enum { l1, l2 };
 
 /// Requests `bytes` bytes from `start` into `cache`, a cache line at a time. A hint: it never
