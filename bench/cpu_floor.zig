@@ -18,6 +18,8 @@
 //!   in L1, swept by 3 vocab rows × 4 batch rows of 32-lane accumulators held in registers
 //!   over the block, for N = 8 and 32 batch rows of inputs read from L2 as the kernel reads
 //!   them, or, for comparison, the same 4 rows (from L1) for every group.
+//! - `pipes` (x86-64 with AVX-512): the decoder's kinds of vector operation timed alone and
+//!   beside fmas, which says which of them share the fmas' pipes.
 //! The ns per weight they print bound from below what `./lmhead bench` can reach per weight
 //! and thread at N = 1; the fma rate is what the matvec's fmas share, and the sweep's share of
 //! it bounds what a tile reaches at larger N before any decoding.
@@ -162,6 +164,69 @@ fn fmaChains(rounds: *const volatile usize, sink: *f32) void {
     sink.* = @reduce(.Add, sum);
 }
 
+/// The vector operations a decoder issues, timed alone and beside fmas (x86-64 with AVX-512
+/// only): 8 independent 512-bit operations of each kind a loop, in asm so that nothing is
+/// reordered or folded, on registers cleared first (no subnormal operand). A pair that runs
+/// twice as many operations a second as fmas alone uses other pipes; as many, the same ones.
+const pipes_measured = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f);
+/// Each kind's operation i of 8: fmas into 8 chains (zmm0-7, the register i), the others
+/// from zmm16-23 into zmm24-31 (the registers 16 + i, 24 + i).
+const pipe_ops = [_]struct { name: []const u8, op: []const u8 }{
+    .{ .name = "fma", .op = "vfmadd231ps %%zmm8, %%zmm9, %%zmm{d}" },
+    .{ .name = "multiply", .op = "vmulps %%zmm{d}, %%zmm10, %%zmm{d}" },
+    .{ .name = "add", .op = "vaddps %%zmm{d}, %%zmm10, %%zmm{d}" },
+    .{ .name = "convert", .op = "vcvtdq2ps %%zmm{d}, %%zmm{d}" },
+    .{ .name = "byte shuffle", .op = "vpshufb %%zmm{d}, %%zmm11, %%zmm{d}" },
+};
+
+fn pipeLoop(comptime kinds: []const usize) fn (*const volatile usize) void {
+    comptime var clear: []const u8 = "";
+    inline for (0..32) |r| clear = clear ++ std.fmt.comptimePrint("vpxord %%zmm{0d}, %%zmm{0d}, %%zmm{0d}\n", .{r});
+    comptime var body: []const u8 = "";
+    inline for (0..8) |i| inline for (kinds) |k| {
+        const op = if (k == 0) std.fmt.comptimePrint(pipe_ops[k].op, .{i}) else std.fmt.comptimePrint(pipe_ops[k].op, .{ 16 + i, 24 + i });
+        body = body ++ op ++ "\n";
+    };
+    const clobbers = comptime blk: {
+        var c: std.lang.assembly.Clobbers = .{ .cc = true };
+        for (0..32) |r| @field(c, std.fmt.comptimePrint("zmm{d}", .{r})) = true;
+        break :blk c;
+    };
+    return struct {
+        fn run(rounds: *const volatile usize) void {
+            var n: usize = rounds.*;
+            asm volatile (clear ++ "1:\n" ++ body ++ "dec %[n]\njnz 1b\n"
+                : [n] "+r" (n),
+                :
+                : clobbers);
+        }
+    }.run;
+}
+
+/// Operations a nanosecond of `kinds` together, best of 5.
+fn pipeRate(comptime kinds: []const usize) f64 {
+    const rounds: usize = 10_000_000;
+    return 1 / best(pipeLoop(kinds), .{&rounds}, rounds * 8 * kinds.len);
+}
+
+fn printPipes() void {
+    if (pipes_measured) printPipeRates() else std.debug.print("pipes: measured with AVX-512 only\n", .{});
+}
+
+fn printPipeRates() void {
+    const fma = pipeRate(&.{0});
+    std.debug.print("512-bit operations a ns, alone / beside as many fmas (x the fma rate alone):\n", .{});
+    inline for (0.., pipe_ops) |k, p| {
+        const alone = if (k == 0) fma else pipeRate(&.{k});
+        if (k == 0) {
+            std.debug.print("  {s: <13} {d:.2}\n", .{ p.name, alone });
+        } else {
+            const pair = pipeRate(&.{ 0, k });
+            std.debug.print("  {s: <13} {d:.2} / {d:.2} (x{d:.2})\n", .{ p.name, alone, pair, pair / fma });
+        }
+    }
+}
+
 pub fn main() !void {
     const allocator = std.heap.page_allocator;
     const memory_rows = (64 << 20) / row_bytes;
@@ -215,5 +280,6 @@ pub fn main() !void {
             std.debug.print("sweep N = {d: >2} ({s}): {d:.2} G fmas/s, {d:.0}% of the fma rate beside it\n", .{ rows, if (inputs_l1) "inputs in L1" else "inputs from L2", 1 / sweep_ns, 100 * rate_ns / sweep_ns });
         }
     }
+    printPipes();
     std.debug.print("(checksum {d})\n", .{out[0] + sink + accs[0]});
 }
