@@ -216,14 +216,10 @@ fn printPipes() void {
 fn printPipeRates() void {
     const fma = pipeRate(&.{0});
     std.debug.print("512-bit operations a ns, alone / beside as many fmas (x the fma rate alone):\n", .{});
-    inline for (0.., pipe_ops) |k, p| {
-        const alone = if (k == 0) fma else pipeRate(&.{k});
-        if (k == 0) {
-            std.debug.print("  {s: <13} {d:.2}\n", .{ p.name, alone });
-        } else {
-            const pair = pipeRate(&.{ 0, k });
-            std.debug.print("  {s: <13} {d:.2} / {d:.2} (x{d:.2})\n", .{ p.name, alone, pair, pair / fma });
-        }
+    std.debug.print("  {s: <13} {d:.2}\n", .{ pipe_ops[0].name, fma });
+    inline for (1..pipe_ops.len) |k| {
+        const pair = pipeRate(&.{ 0, k });
+        std.debug.print("  {s: <13} {d:.2} / {d:.2} (x{d:.2})\n", .{ pipe_ops[k].name, pipeRate(&.{k}), pair, pair / fma });
     }
 }
 
