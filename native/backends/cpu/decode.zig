@@ -150,7 +150,8 @@ inline fn perLane(comptime n: usize, v: @Vector(n, f32)) V32f {
 /// at N = 8 read 0.96, 1.08 and 1.04 of before in three runs).
 pub const codes_by_group = builtin.cpu.arch == .x86_64;
 
-const has_avx512 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f);
+/// Whether this CPU level has AVX-512 (and so 32 vector registers).
+pub const has_avx512 = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f);
 /// Lanes whose codes one conversion takes: a group of 8, or two groups with 512-bit vectors.
 const code_lanes = if (has_avx512) 16 else 8;
 

@@ -94,7 +94,7 @@ pub const FmaProbeJob = extern struct {
 /// Vector registers of this level: 32 with AVX-512 (EVEX reaches the upper 16 at every
 /// width) and on AArch64, 16 on the other x86-64 levels (and assumed elsewhere).
 const vector_registers = switch (builtin.cpu.arch) {
-    .x86_64 => if (std.Target.x86.featureSetHas(builtin.cpu.features, .avx512f)) 32 else 16,
+    .x86_64 => if (decode.has_avx512) 32 else 16,
     .aarch64, .aarch64_be => 32,
     else => 16,
 };
