@@ -75,7 +75,7 @@ pub fn main(init: std.process.Init.Minimal) !void {
         const n = lib.lmh_last_error(&text, text.len);
         // Only a machine without the driver, NVRTC or a GPU skips; any other failure to open
         // (a module the driver refuses, a driver call failing) is a failure of the backend.
-        if (opened != @intFromEnum(status.Status.unsupported)) {
+        if (opened != @backingInt(status.Status.unsupported)) {
             std.debug.print("FAIL: the CUDA device did not open: {s}\n", .{text[0..@min(n, text.len)]});
             std.process.exit(1);
         }

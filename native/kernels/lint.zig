@@ -23,23 +23,29 @@ const allowed_pragmas = [_][]const u8{
     "#pragma unroll",
 };
 
-const forbidden_names = [_][]const u8{
-    // vendor reductions and cooperative groups
-    "simd_sum",      "simd_product",       "simd_min",          "simd_max",         "simd_and",   "simd_or",    "simd_xor",
-    "reduce",        "cooperative_groups", "thread_block_tile", "tiled_partition",  "coalesced_threads",
-    // library math
-    "sqrt",          "sqrtf",              "rsqrt",             "rsqrtf",           "cbrt",       "hypot",      "tanh",
-    "tanhf",         "exp",                "expf",              "exp2",             "exp2f",      "expm1",      "expm1f",
-    "exp10",         "exp10f",             "log",               "logf",             "log2",       "log2f",      "log1p",
-    "pow",           "powf",               "powr",              "fmod",             "fmodf",      "divide",     "recip",
-    "native_divide", "native_recip",       "native_sqrt",       "native_rsqrt",     "native_exp", "native_tanh",
-    // math namespaces
-    "fast",          "precise",            "_Pragma",           "__pragma",
-    // half and bfloat types
-    "half",          "half2",              "half3",             "half4",            "__half",     "__half2",    "_Float16",
-    "__fp16",        "bfloat",             "bfloat2",           "bfloat3",          "bfloat4",    "__bf16",     "__nv_bfloat16",
+/// Vendor reductions and cooperative groups: the vendor picks their order of summation.
+const vendor_reductions = [_][]const u8{
+    "simd_sum", "simd_product",       "simd_min",          "simd_max",        "simd_and",          "simd_or", "simd_xor",
+    "reduce",   "cooperative_groups", "thread_block_tile", "tiled_partition", "coalesced_threads",
+};
+/// Library math, whose rounding each vendor chooses; the contract builds its own.
+const library_math = [_][]const u8{
+    "sqrt",          "sqrtf",        "rsqrt",       "rsqrtf",       "cbrt",       "hypot",       "tanh",
+    "tanhf",         "exp",          "expf",        "exp2",         "exp2f",      "expm1",       "expm1f",
+    "exp10",         "exp10f",       "log",         "logf",         "log2",       "log2f",       "log1p",
+    "pow",           "powf",         "powr",        "fmod",         "fmodf",      "divide",      "recip",
+    "native_divide", "native_recip", "native_sqrt", "native_rsqrt", "native_exp", "native_tanh",
+};
+/// Metal's math namespaces (fast::, precise::) and pragmas written as operators, which could
+/// change the math mode.
+const math_namespaces = [_][]const u8{ "fast", "precise", "_Pragma", "__pragma" };
+/// Half and bfloat types: no accumulator may be narrower than f32.
+const narrow_types = [_][]const u8{
+    "half",           "half2",  "half3",   "half4",   "__half",  "__half2", "_Float16",
+    "__fp16",         "bfloat", "bfloat2", "bfloat3", "bfloat4", "__bf16",  "__nv_bfloat16",
     "__nv_bfloat162",
 };
+const forbidden_names = vendor_reductions ++ library_math ++ math_namespaces ++ narrow_types;
 
 const forbidden_prefixes = [_][]const u8{ "simd_prefix_", "quad_", "__reduce_", "__fdiv", "__fsqrt", "__frsqrt", "__frcp", "__exp", "__log", "__pow", "__tanh" };
 const forbidden_suffixes = [_][]const u8{ "_rz", "_ru", "_rd" };

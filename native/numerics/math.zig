@@ -281,7 +281,6 @@ inline fn tanhExp(comptime V: type, a: V) V {
     return w + fma(V, -rc, res, wl);
 }
 
-
 // ---------------------------------------------------------------------------------------
 // Tests. Bounds asserted here are the ones stated in docs/NUMERICS.md; the exhaustive
 // measurement behind them is described there.

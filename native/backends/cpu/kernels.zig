@@ -230,19 +230,19 @@ fn nextChunkIntoL1(comptime t: formats.Type) bool {
 /// The table of the level named `name` (cpu_level.zig exports it under that name).
 pub fn table(comptime name: [:0]const u8) Table {
     return .{
-    .name = name,
-    .vector_bits = elementwise_width * 32,
-    .features = builtin.cpu.features.ints,
-    .rms_norm = erase(RmsNormJob, rmsNorm),
-    .softcap = erase(SoftcapJob, softcap),
-    .count_non_finite = erase(CountJob, countNonFinite),
-    .fma_probe = erase(FmaProbeJob, fmaProbe),
-    .fma_probe_round_fmas = fma_probe_chains * elementwise_width,
-    .matvec = blk: {
-        var works: [formats.all.len]Work = undefined;
-        for (formats.all, &works) |f, *w| w.* = erase(MatvecJob, MatvecKernel(f.type).work);
-        break :blk works;
-    },
+        .name = name,
+        .vector_bits = elementwise_width * 32,
+        .features = builtin.cpu.features.ints,
+        .rms_norm = erase(RmsNormJob, rmsNorm),
+        .softcap = erase(SoftcapJob, softcap),
+        .count_non_finite = erase(CountJob, countNonFinite),
+        .fma_probe = erase(FmaProbeJob, fmaProbe),
+        .fma_probe_round_fmas = fma_probe_chains * elementwise_width,
+        .matvec = blk: {
+            var works: [formats.all.len]Work = undefined;
+            for (formats.all, &works) |f, *w| w.* = erase(MatvecJob, MatvecKernel(f.type).work);
+            break :blk works;
+        },
     };
 }
 

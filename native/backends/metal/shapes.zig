@@ -48,7 +48,7 @@ pub const pipeline_names: [pipeline_count][:0]const u8 = blk: {
     for (kernels, 0..) |k, i| {
         var buffer: [64]u8 = undefined;
         const name = k.name(&buffer);
-        const final: [name.len:0]u8 = (name[0..name.len] ++ "").* ;
+        const final: [name.len:0]u8 = (name[0..name.len] ++ "").*;
         names[i] = &final;
     }
     for (probe_names, 0..) |n, i| names[kernels.len + i] = n;
