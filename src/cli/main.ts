@@ -32,8 +32,8 @@ commands:
 ${lines.join("\n")}
 
 lmhead <command> --help documents the command's flags.
-In a checkout, ./lmhead test runs every test (zig build test, the macOS cross-build, the type check, bun test)
-and ./lmhead bench times the head per type.`;
+In a checkout, ./lmhead test runs every test (zig fmt --check, zig build test, the GPU check, the macOS
+cross-build, the type check, bun test) and ./lmhead bench times the head per type.`;
 }
 
 /** Runs one command line over `commands`; returns the exit code, printing any error as one line. */
