@@ -201,9 +201,12 @@ const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width 
 /// (decode.zig has what that measured on a Zen 4); at 4 rows, whose 16 accumulators share
 /// the 32 registers with the decoder's, storing the chunk took 3-16% less a call than the
 /// fmas for 9 of the 11 quantized types and 3-4% more for Q2_K and Q3_K (same Zen 4, 8
-/// interleaved rounds), and with the fmas Q5_1 had been 5-11% slower than before. The dense
-/// types keep their stores (their 64-value transposes hand over 8 lanes at a time, a
-/// quarter of an accumulator's register).
+/// interleaved rounds), and with the fmas Q5_1 had been 5-11% slower than before; one vocab
+/// row at a time with the fmas (8 accumulators, not 16) was slower still: 39-59% more a call
+/// at N = 4 for Q6_K, Q8_0, Q4_K and Q4_0, and at N = 3 from 3% less (Q4_K) to 15% more
+/// (Q8_0) (vocab 32768, 6 interleaved rounds, the same Zen 4). The dense types keep their
+/// stores (their 64-value transposes hand over 8 lanes at a time, a quarter of an
+/// accumulator's register).
 fn decodesIntoFmas(comptime t: formats.Type, comptime group: usize) bool {
     if (!decode.codes_by_group) return false;
     return elementwise_width < 16 or (formats.of(t).block_values > 1 and group <= 3);
@@ -222,7 +225,8 @@ const prefetch_bytes = 8192;
 /// a chunk. Measured there, vocab 32768, interleaved, 6 to 12 rounds: Q6_K 3-10% less a
 /// call at N = 2 (four runs; Q8_0, unchanged, moved up to 9% in the same runs), 0-8% at N =
 /// 1 (four runs), 0-9% at N = 3 (two); Q8_0, Q3_K, Q5_K and Q4_K within 4% either way at N
-/// = 1, Q4_0 2-4% more, Q2_K 5-27% more at N = 2.
+/// = 1, Q4_0 2-4% more, Q2_K 5-27% more at N = 2. At N = 4, where the chunk is stored, it
+/// made Q6_K 12% slower (asked for every type, 17%; 8 interleaved rounds).
 fn nextChunkIntoL1(comptime t: formats.Type) bool {
     return t == .q6_k;
 }
