@@ -161,7 +161,13 @@ comptime {
 /// was 4% faster or more (Q2_K 11%, Q3_K 8%, Q5_0 7% with 4 rows, Q4_K 6%, Q5_K, Q6_K and Q5_1
 /// 4%), and again faster in a second call (Q2_K 10%, Q3_K 7%, Q4_K, Q5_0 and Q5_1 5-6%, Q5_K
 /// and Q6_K 2-3%); Q8_0 5-30% and Q4_0 0-17% slower with any, IQ4_NL and IQ4_XS within 2% or
-/// slower. A type's prefetch then applies only where the ring does not fit. At 8 rows per pass,
+/// slower. A type's prefetch then applies only where the ring does not fit. A bulk ring at 2, 4
+/// and 8 rows per pass, measured for every quantized type (2 stages, each type's own vocab rows
+/// per warp and 4; one call, two runs, then the candidates three more): taken at 2 by Q6_K and
+/// Q5_K with 4 vocab rows (12% and 9% less at N = 2) and by Q2_K (15%), at 8 by Q2_K (14% less
+/// at N = 8, 3% from 16 to 64); IQ4_NL in place of its ring of chunks took 3% off at N = 8 and
+/// 9-11% from 16 to 64, but its check did not finish on the device, so it waits; at 4 none was
+/// 4% faster, and Q8_0 was 11-52% slower at every pass size. At 8 rows per pass,
 /// decoded rows (a block's vocab rows decoded once into shared memory, since removed; from
 /// N = 32), measured for F32, F16, Q8_0, Q4_K and Q6_K at N = 32 and 64, then in builds that
 /// take them at N = 8 to 64 in two calls: taken by F16 and Q8_0 (21-22% less at N = 64, 1-10%
@@ -208,8 +214,9 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q5_1, .{ .vocab_rows = 8, .min_blocks = 4 } },
         .{ .q4_0, .{ .vocab_rows = 6, .prefetch = true } },
         .{ .q5_0, .{ .vocab_rows = 8, .prefetch = true } },
-        .{ .q5_k, .{ .vocab_rows = 8, .prefetch = true } },
-        .{ .q2_k, .{ .vocab_rows = 8, .chunks_per_step = 2 } },
+        .{ .q5_k, .{ .vocab_rows = 4, .prefetch = true, .bulk = 2 } },
+        .{ .q6_k, .{ .vocab_rows = 4, .bulk = 2 } },
+        .{ .q2_k, .{ .vocab_rows = 8, .bulk = 2, .chunks_per_step = 2 } },
         .{ .iq4_nl, .{ .vocab_rows = 8, .chunks_per_step = 2 } },
         .{ .iq4_xs, .{ .vocab_rows = 8, .chunks_per_step = 2 } },
     } },
@@ -228,7 +235,7 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q3_k, .{ .vocab_rows = 6 } },
         .{ .q4_k, .{ .vocab_rows = 6 } },
         .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } },
-        .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true } },
+        .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true, .bulk = 2 } },
         .{ .q6_k, .{ .vocab_rows = 8, .stages = 3 } },
         .{ .q5_k, .{ .vocab_rows = 8, .stages = 3 } },
         .{ .iq4_nl, .{ .vocab_rows = 8, .stages = 3 } },
