@@ -22,6 +22,7 @@ const status = @import("core/status.zig");
 
 const check_rows = [_]u32{ 1, 2, 3, 5, 8, 9, 16, 17, 33, 64 };
 const bench_rows = [_]u32{ 1, 2, 4, 8, 16, 32, 64 };
+const max_bench_rows = 16;
 const pool_rows = 64;
 const full_vocab = 262144;
 const full_hidden = 2816;
@@ -67,6 +68,9 @@ pub fn main(init: std.process.Init.Minimal) !void {
     if (is_check and rows_arg != null) usage();
     const vocab = if (vocab_arg) |v| std.fmt.parseInt(u32, v, 10) catch 0 else full_vocab;
     if (vocab == 0 or vocab > full_vocab) usage();
+    if (!typesKnown(listed_types)) usage();
+    var rows_buffer: [max_bench_rows]u32 = undefined;
+    const rows = if (rows_arg) |r| parseRows(r, &rows_buffer) orelse usage() else &bench_rows;
     var cuda: u64 = 0;
     const open_start = seconds();
     const opened = lib.lmh_device_open(@backingInt(device_mod.Kind.cuda), &cuda);
@@ -87,11 +91,11 @@ pub fn main(init: std.process.Init.Minimal) !void {
     var len: u64 = 0;
     try ok(lib.lmh_device_info(cuda, &info, &text, text.len, &len));
     std.debug.print("device: {s} (opened in {d:.1} s: the one-row kernels compiled or read from the cache, the others on first use)\n", .{ text[0..@min(len, text.len)], seconds() - open_start });
-    if (is_check) try check(cuda, listed_types) else try bench(cuda, listed_types, rows_arg orelse "", vocab);
+    if (is_check) try check(cuda, listed_types) else try bench(cuda, listed_types, rows, vocab);
 }
 
 fn usage() noreturn {
-    std.debug.print("usage: lmhead-gpu-check check [TYPE,...] | bench [TYPE,... [N,... [VOCAB]]] (VOCAB 1 to {d})\n", .{full_vocab});
+    std.debug.print("usage: lmhead-gpu-check check [TYPE,...] | bench [TYPE,... [N,... [VOCAB]]] (TYPE a head type, N 1 to {d}, VOCAB 1 to {d})\n", .{ pool_rows, full_vocab });
     std.process.exit(2);
 }
 
@@ -321,6 +325,31 @@ fn compareRows(want: []const f32, got: []const f32, order: []const u32, vocab: u
 }
 
 /// Whether `item` is in the comma-separated `list`; an empty list holds everything.
+/// Whether every entry of a TYPE list names a head type (an empty list is every type).
+fn typesKnown(list: []const u8) bool {
+    if (list.len == 0) return true;
+    var it = std.mem.splitScalar(u8, list, ',');
+    while (it.next()) |entry| {
+        for (formats.all) |f| {
+            if (f.head and std.ascii.eqlIgnoreCase(entry, f.name)) break;
+        } else return false;
+    }
+    return true;
+}
+
+/// The N list of `bench`: each from 1 to pool_rows, at most max_bench_rows of them.
+fn parseRows(list: []const u8, out: *[max_bench_rows]u32) ?[]const u32 {
+    var count: usize = 0;
+    var it = std.mem.splitScalar(u8, list, ',');
+    while (it.next()) |entry| {
+        const n = std.fmt.parseInt(u32, entry, 10) catch return null;
+        if (n == 0 or n > pool_rows or count == max_bench_rows) return null;
+        out[count] = n;
+        count += 1;
+    }
+    return out[0..count];
+}
+
 fn listed(list: []const u8, item: []const u8) bool {
     if (list.len == 0) return true;
     var it = std.mem.splitScalar(u8, list, ',');
@@ -328,7 +357,7 @@ fn listed(list: []const u8, item: []const u8) bool {
     return false;
 }
 
-fn bench(cuda: u64, types: []const u8, rows: []const u8, vocab: u32) !void {
+fn bench(cuda: u64, types: []const u8, rows: []const u32, vocab: u32) !void {
     const a = std.heap.c_allocator;
     var bandwidth: [2]f64 = undefined;
     try ok(lib.lmh_device_read_bandwidth(cuda, 4 << 30, 20, &bandwidth));
@@ -354,9 +383,7 @@ fn bench(cuda: u64, types: []const u8, rows: []const u8, vocab: u32) !void {
         var head = try Head.init(cuda, @backingInt(f.type), full_hidden, vocab, weights, norm);
         defer head.deinit();
         try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
-        for (bench_rows) |n| {
-            var name: [8]u8 = undefined;
-            if (!listed(rows, std.fmt.bufPrint(&name, "{d}", .{n}) catch unreachable)) continue;
+        for (rows) |n| {
             const ms = try timeHead(&head, n, 20, .head);
             const matvec_ms = try timeHead(&head, n, 20, .norm_matvec);
             const read_ms = try timeRead(&head, n);

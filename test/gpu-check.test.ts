@@ -53,11 +53,15 @@ test("a driver that sees no GPU is a machine without CUDA: the check skips and s
   expect(code).toBe(0);
 });
 
-test("a wrong argument is a usage error before any device opens (bench VOCAB from 1 to 262144)", () => {
-  const wrong = [["bench", "Q6_K", "1", "0"], ["bench", "Q6_K", "1", "262145"], ["bench", "Q6_K", "1", "many"], ["bench", "Q6_K", "1", "8192", "x"], ["check", "Q6_K", "1"], ["profile"]];
+test("a wrong argument is a usage error before any device opens (TYPE a head type, N 1 to 64, VOCAB 1 to 262144)", () => {
+  const wrong = [
+    ["bench", "Q6_K", "1", "0"], ["bench", "Q6_K", "1", "262145"], ["bench", "Q6_K", "1", "many"], ["bench", "Q6_K", "1", "8192", "x"],
+    ["bench", "Q6_K", "0"], ["bench", "Q6_K", "65"], ["bench", "Q6_K", "1,,2"], ["bench", "Q6_K", Array.from({ length: 17 }, (_, i) => i + 1).join(",")],
+    ["bench", "Q6K"], ["check", "Q6_K,Q4_1"], ["check", "Q6_K", "1"], ["profile"],
+  ];
   for (const args of wrong) {
     const { code, out } = runCheck(join(dir, "no-libcuda.so"), args);
-    expect(`${args.join(" ")}: ${out}`).toContain("usage: lmhead-gpu-check check [TYPE,...] | bench [TYPE,... [N,... [VOCAB]]] (VOCAB 1 to 262144)");
+    expect(`${args.join(" ")}: ${out}`).toContain("usage: lmhead-gpu-check check [TYPE,...] | bench [TYPE,... [N,... [VOCAB]]] (TYPE a head type, N 1 to 64, VOCAB 1 to 262144)");
     expect(code).toBe(2);
   }
 });
