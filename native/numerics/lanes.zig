@@ -37,20 +37,22 @@ pub fn toLaneMajor(src: []const f32, dst: []f32) void {
 
 /// The fixed butterfly: after the xor-16 step lane l holds p[l] + p[l^16], and so on.
 /// Float addition is commutative, so every lane ends with the same value; we return lane 0's.
+/// Only lane 0's adds are made: lanes below n/2 have partners l + n/2, so each step adds the
+/// upper half of the vector to the lower (the same operands in the same order), halving it.
 pub inline fn reduce(partials: Lanes) f32 {
-    var v = partials;
-    inline for (butterfly_masks) |mask| v = v + @shuffle(f32, v, undefined, mask);
-    return v[0];
+    return halves(1, halves(2, halves(4, halves(8, halves(16, partials)))))[0];
 }
 
-/// Partner lanes l^16, l^8, l^4, l^2, l^1, in that order.
-const butterfly_masks = blk: {
-    var masks: [5]@Vector(lane_count, i32) = undefined;
-    for (&masks, [_]u32{ 16, 8, 4, 2, 1 }) |*mask, distance| {
-        for (0..lane_count) |l| mask[l] = @intCast(l ^ distance);
+/// Lanes [0, n) of v plus lanes [n, 2n): one step of the butterfly, for the lanes below n.
+inline fn halves(comptime n: usize, v: @Vector(2 * n, f32)) @Vector(n, f32) {
+    comptime var low: [n]i32 = undefined;
+    comptime var high: [n]i32 = undefined;
+    inline for (0..n) |l| {
+        low[l] = l;
+        high[l] = l + n;
     }
-    break :blk masks;
-};
+    return @shuffle(f32, v, undefined, low) + @shuffle(f32, v, undefined, high);
+}
 
 /// Accumulates a lane-major row against lane-major weights: one step per 32 values, in order.
 pub inline fn accumulate(acc: Lanes, weights: []const f32, values: []const f32) Lanes {
@@ -79,4 +81,20 @@ test "lane-major layout and butterfly follow the written order" {
     try std.testing.expectEqual(@as(f32, 16777216), reduce(p));
     p[24] = 1; // (p8 + p24) = 2, and 2^24 + 2 is exact
     try std.testing.expectEqual(@as(f32, 16777218), reduce(p));
+}
+
+test "reduce is lane 0 of the whole butterfly" {
+    var prng = std.Random.DefaultPrng.init(7);
+    const random = prng.random();
+    for (0..1000) |_| {
+        var v: [lane_count]f32 = undefined;
+        // Wide exponents, so that the order of the adds shows in the rounding.
+        for (&v) |*x| x.* = (random.float(f32) - 0.5) * std.math.pow(f32, 2, @floatFromInt(random.intRangeAtMost(i32, -30, 30)));
+        const partials: Lanes = v;
+        for ([_]u32{ 16, 8, 4, 2, 1 }) |distance| {
+            const before = v;
+            for (&v, 0..) |*x, l| x.* = before[l] + before[l ^ distance];
+        }
+        try std.testing.expectEqual(@as(u32, @bitCast(v[0])), @as(u32, @bitCast(reduce(partials))));
+    }
 }
