@@ -534,7 +534,8 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 // taken 3 of a Q8_0 call's 39 ms at N = 32 in a time profile; without both (and
                 // lanes.reduce making lane 0's adds only), on a 2-core Zen 4, vocab 32768, 6-8
                 // interleaved rounds, 9 types: 3-6% less a call at N = 32 and 64 (five types
-                // each), 1-3% at N = 8 and 16, level at N = 1.
+                // each), 1-3% at N = 8 and 16, level at N = 1; with AVX2 1-3% less at N = 8
+                // and 32 (Q8_0, Q6_K, F16).
                 inline for (0..count) |tr| inline for (0..group) |g| inline for (0..sweep_parts) |p| {
                     acc[tr][g][p] = if (begin == 0) @splat(0) else loadPart(accs, (first_t + tr) * rows + first_row + g, pass * sweep_parts + p);
                 };
