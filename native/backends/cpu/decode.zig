@@ -365,10 +365,9 @@ const B64 = @Vector(64, u8);
 /// f16 fields `name` of 8 consecutive blocks, converted exactly. Loaded straight into the
 /// vector's words (a `vpinsrw` each): read into an array first, they took 30 more
 /// instructions a chunk, LLVM building the vector from byte unpacks. On a 2-core Zen 4, vocab
-/// 32768, runs of 6 to 10 interleaved rounds, with AVX-512: Q8_0 and Q5_1 6-10% less a call
-/// at N = 8 (two runs), Q5_0 and IQ4_NL 5-9% (one), Q4_0 level to 9%, all within 3% at N = 1,
-/// 4 and 32; with AVX2 (x86_64_v3) Q8_0 6-10% less at N = 8 (three runs) and Q4_0 2-4% more,
-/// within those runs' noise (unchanged types moved up to 6%).
+/// 32768, 8 interleaved rounds, with AVX-512: Q5_1 11% less a call at N = 8, Q5_0 7%, Q8_0
+/// 5%, IQ4_NL 3%, Q4_0 1%, 1-5% at N = 4 and 2-4% at 32, within 3% either way at N = 1 (as
+/// much as the unchanged F16 and Q6_K moved); with AVX2 (x86_64_v3) 3-6% less at N = 8.
 inline fn halves8(comptime B: type, bs: *const [8]B, comptime name: []const u8) @Vector(8, f32) {
     var h: @Vector(8, u16) = undefined;
     inline for (0..8) |j| h[j] = std.mem.littleToNative(u16, @as(*align(1) const u16, @ptrCast(&@field(bs[j], name))).*);
