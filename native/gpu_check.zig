@@ -324,7 +324,6 @@ fn compareRows(want: []const f32, got: []const f32, order: []const u32, vocab: u
     return result;
 }
 
-/// Whether `item` is in the comma-separated `list`; an empty list holds everything.
 /// Whether every entry of a TYPE list names a head type (an empty list is every type).
 fn typesKnown(list: []const u8) bool {
     if (list.len == 0) return true;
@@ -350,6 +349,7 @@ fn parseRows(list: []const u8, out: *[max_bench_rows]u32) ?[]const u32 {
     return out[0..count];
 }
 
+/// Whether `item` is in the comma-separated `list`; an empty list holds everything.
 fn listed(list: []const u8, item: []const u8) bool {
     if (list.len == 0) return true;
     var it = std.mem.splitScalar(u8, list, ',');
