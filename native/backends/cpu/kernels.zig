@@ -185,6 +185,9 @@ const SweepVector = @Vector(sweep_width, f32);
 /// With 512-bit vectors, one part a pass over 6 tile rows × 4 batch rows (10 loads per 24
 /// fmas instead of 14) was slower on a 2-core Xeon (AVX-512), vocab 65536, A-B twice: N = 32
 /// 2–16% more a call for Q8_0, Q6_K and F16 (Q8_0 147 → 167 ms), N = 8 13% less to 24% more.
+/// Nor was one part a pass over 3 tile rows × 8 batch rows (11 loads per 24 fmas) kept: on a
+/// 2-core Zen 4, vocab 32768, 3–4 interleaved rounds, N = 8 level to 11% more a call (Q8_0,
+/// Q6_K, Q4_K, F16), N = 32 0–3% less.
 const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width else 1;
 /// Whether a small batch adds each decoded value into its fmas as the decoder puts it
 /// (FmaSink), instead of storing the chunk and reading it back; quantized codes are then
