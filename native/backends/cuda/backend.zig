@@ -154,20 +154,21 @@ comptime {
 /// chunks ahead instead of the whole rows was 4% faster for no type. A ring of 2, 3 or 4 stages
 /// (kernels.h), measured for every quantized type at N = 1, 2, 4 and 8, then 3 stages at N = 8
 /// to 64 twice: taken at 8 rows per pass where it was 4% faster or more at some N and slower at
-/// none (Q6_K 8-19% faster, Q5_K and IQ4_NL 8% at N = 8); at 1 row per pass 3 stages made every
-/// type but Q5_1 2-21% slower. At 1 row per pass a bulk ring (kernels.h LMH_BULK_STAGES;
-/// persistent blocks), measured for every quantized type with 2 stages and the module's vocab
-/// rows per warp, 2 stages and 4 or 2 rows, 3 stages and 4 rows: taken with 2 stages where that
-/// was 4% faster or more (Q2_K 11%, Q3_K 8%, Q5_0 7% with 4 rows, Q4_K 6%, Q5_K, Q6_K and Q5_1
-/// 4%), and again faster in a second call (Q2_K 10%, Q3_K 7%, Q4_K, Q5_0 and Q5_1 5-6%, Q5_K
-/// and Q6_K 2-3%); Q8_0 5-30% and Q4_0 0-17% slower with any, IQ4_NL and IQ4_XS within 2% or
-/// slower. A type's prefetch then applies only where the ring does not fit. A bulk ring at 2, 4
-/// and 8 rows per pass, measured for every quantized type (2 stages, each type's own vocab rows
-/// per warp and 4; one call, two runs, then the candidates three more): taken at 2 by Q6_K and
-/// Q5_K with 4 vocab rows (12% and 9% less at N = 2) and by Q2_K (15%), at 8 by Q2_K (14% less
-/// at N = 8, 3% from 16 to 64); IQ4_NL in place of its ring of chunks took 3% off at N = 8 and
-/// 9-11% from 16 to 64, but its check did not finish on the device, so it waits; at 4 none was
-/// 4% faster, and Q8_0 was 11-52% slower at every pass size. At 8 rows per pass,
+/// none (Q6_K 8-19% faster, Q5_K and IQ4_NL 8% at N = 8; IQ4_NL's later replaced by a bulk
+/// ring); at 1 row per pass 3 stages made every type but Q5_1 2-21% slower. At 1 row per pass a
+/// bulk ring (kernels.h LMH_BULK_STAGES; persistent blocks), measured for every quantized type
+/// with 2 stages and the module's vocab rows per warp, 2 stages and 4 or 2 rows, 3 stages and 4
+/// rows: taken with 2 stages where that was 4% faster or more (Q2_K 11%, Q3_K 8%, Q5_0 7% with
+/// 4 rows, Q4_K 6%, Q5_K, Q6_K and Q5_1 4%), and again faster in a second call (Q2_K 10%, Q3_K
+/// 7%, Q4_K, Q5_0 and Q5_1 5-6%, Q5_K and Q6_K 2-3%); Q8_0 5-30% and Q4_0 0-17% slower with
+/// any, IQ4_NL and IQ4_XS within 2% or slower. A type's prefetch then applies only where the
+/// ring does not fit. A bulk ring at 2, 4 and 8 rows per pass, measured for every quantized
+/// type (2 stages, each type's own vocab rows per warp and 4; one call, two runs, then the
+/// candidates three more): taken at 2 by Q6_K and Q5_K with 4 vocab rows (12% and 9% less at
+/// N = 2) and by Q2_K (15%), at 8 by Q2_K (14% less at N = 8, 3% from 16 to 64); IQ4_NL in
+/// place of its ring of chunks took 3% off at N = 8 and 9-11% from 16 to 64, and again 3% and
+/// 9-10% in a second call, so it takes it; at 4 none was 4% faster, and Q8_0 was 11-52% slower
+/// at every pass size. At 8 rows per pass,
 /// decoded rows (a block's vocab rows decoded once into shared memory, since removed; from
 /// N = 32), measured for F32, F16, Q8_0, Q4_K and Q6_K at N = 32 and 64, then in builds that
 /// take them at N = 8 to 64 in two calls: taken by F16 and Q8_0 (21-22% less at N = 64, 1-10%
@@ -238,7 +239,7 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true, .bulk = 2 } },
         .{ .q6_k, .{ .vocab_rows = 8, .stages = 3 } },
         .{ .q5_k, .{ .vocab_rows = 8, .stages = 3 } },
-        .{ .iq4_nl, .{ .vocab_rows = 8, .stages = 3 } },
+        .{ .iq4_nl, .{ .vocab_rows = 8, .bulk = 2 } },
     } },
     .{ .shape = .{ .vocab_rows = 8, .resident = true }, .types = &.{ .f32, .bf16, .f16, .q8_0 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2, .resident = true } },
