@@ -255,10 +255,10 @@ fn runEmulator(comptime E: type, allocator: std.mem.Allocator, case: *const Case
     };
     var name: [32]u8 = undefined;
     const matvec_name = try std.fmt.bufPrint(&name, "matvec_{s}_f32", .{formats.format(@backingInt(case.type)).?.name});
-    try E.dispatch(try E.kernel(matvec_name), &matvec, &.{ ptr(out.y), ptr(case.weights), ptr(out.logits) }, grid);
+    try matvecGuarded(E, allocator, try E.kernel(matvec_name), &matvec, out.y, case.weights, out.logits, grid);
     var raw = matvec;
     raw.input_flushed = 0;
-    try E.dispatch(try E.kernel(matvec_name), &raw, &.{ ptr(x), ptr(case.weights), ptr(out.raw) }, grid);
+    try matvecGuarded(E, allocator, try E.kernel(matvec_name), &raw, x, case.weights, out.raw, grid);
     @memcpy(out.capped, out.logits);
     const softcap: params.Softcap = .{ .values = out.capped.len, .cap = case.cap, .inv_cap = 1.0 / case.cap };
     try E.dispatch(try E.kernel("softcap_f32"), &softcap, &.{ptr(out.capped)}, grid);
@@ -273,6 +273,18 @@ fn runEmulator(comptime E: type, allocator: std.mem.Allocator, case: *const Case
     try E.dispatch(try E.kernel("sum_segments_u32"), &split, &.{ ptr(&partials), ptr(&summed) }, grid);
     try std.testing.expectEqualSlices(u32, out.counts, summed[0..rows]);
     return out;
+}
+
+/// A matvec into `out` through a buffer one row longer, whose last row no pass may write: the
+/// kernels write the batch's rows and nothing past them.
+fn matvecGuarded(comptime E: type, allocator: std.mem.Allocator, kernel: u32, matvec: *const params.Matvec, x: []const f32, weights: []const u8, out: []f32, grid: emulator.Grid) !void {
+    const guard: u32 = 0x7fc0_5a5a;
+    const guarded = try allocator.alloc(f32, out.len + vocab);
+    defer allocator.free(guarded);
+    @memset(std.mem.bytesAsSlice(u32, std.mem.sliceAsBytes(guarded[out.len..])), guard);
+    try E.dispatch(kernel, matvec, &.{ ptr(x), ptr(weights), ptr(guarded) }, grid);
+    for (guarded[out.len..]) |v| try std.testing.expectEqual(guard, @as(u32, @bitCast(v)));
+    @memcpy(out, guarded[0..out.len]);
 }
 
 /// Equal bits, or both NaN (a NaN's payload is not part of the contract).
