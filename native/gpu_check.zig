@@ -494,7 +494,7 @@ fn compileOnly() void {
             };
             var path: [1024:0]u8 = undefined;
             const written = if (std.c.getenv("LMHEAD_CUBIN_DIR")) |dir| writeCubin(&path, std.mem.span(dir), rows, shape, image) else "";
-            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM{s}, {d} stages, {d} bulk stages, {d} chunks per step{s} ({s}): {d} bytes{s}{s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) ", prefetch" else "", shape.stages, shape.bulk, shape.chunks_per_step, if (shape.resident) ", resident rows" else "", names[0..used], image.len, if (written.len > 0) ", written to " else "", written });
+            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM{s}, {d} stages, {d} bulk stages, {d} chunks per step{s}{s} ({s}): {d} bytes{s}{s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) ", prefetch" else "", shape.stages, shape.bulk, shape.chunks_per_step, if (shape.resident) ", resident rows" else "", if (shape.pad_rest) "" else ", halving passes for the rest", names[0..used], image.len, if (written.len > 0) ", written to " else "", written });
         }
         std.debug.print("{d} rows per pass: {d} modules in {d:.1} s, compiled together (or from the cache)\n", .{ rows, shapes.len, elapsed });
     }

@@ -102,7 +102,8 @@ pub const retuned = Emulator("lmh_emulator_retuned");
 pub const staged = Emulator("lmh_emulator_staged");
 /// 3 vocab rows per simdgroup, 8 rows per pass, and the batch's rows copied a pass at a time
 /// into the simdgroup's area, every pass reading its activations there (LMH_RESIDENT), the
-/// quantized types' chunks staged in a ring of 2 (LMH_STAGES).
+/// quantized types' chunks staged in a ring of 2 (LMH_STAGES), and the rows past the last
+/// full pass in passes of halving sizes (LMH_PAD_REST 0; the other builds pad them).
 pub const resident = Emulator("lmh_emulator_resident");
 
 // ---------------------------------------------------------------------------------------

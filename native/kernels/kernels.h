@@ -28,6 +28,13 @@
 #define LMH_CHUNKS_PER_STEP 1u
 #endif
 LMH_STATIC_ASSERT(LMH_CHUNKS_PER_STEP == 1u || LMH_CHUNKS_PER_STEP == 2u, "chunks per step: 1 or 2");
+// How a call's rows past its last full pass run (lmh_matvec_rows): 1, in one padded pass, its
+// weights read once; 0, in passes of halving sizes, each reading them again. The padded pass
+// sits in the same kernel as the full ones and can change how they compile (measured on an
+// H200: slower full passes for some types), so a module chooses.
+#ifndef LMH_PAD_REST
+#define LMH_PAD_REST 1u
+#endif
 LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 1u || LMH_ROWS_PER_PASS == 2u || LMH_ROWS_PER_PASS == 4u || LMH_ROWS_PER_PASS == 8u, "rows per pass: 1, 2, 4 or 8");
 // Whether a simdgroup asks for all of its vocab rows' bytes before it reads any, through a
 // prelude's LMH_PREFETCH: a hint that changes no value (CUDA: a prefetch into L2), which puts
@@ -940,10 +947,12 @@ LMH_FN lmh_scales lmh_refill_table(lmh_u32 type, lmh_u32 group, lmh_scales table
 typedef struct { lmh_f8 row[LMH_VOCAB_ROWS_PER_SIMDGROUP]; } lmh_weights;
 
 // Each activation row of a pass, its lane's 8 values from `at` on, against every vocab row's
-// weights w: one fma per weight and row, in the canonical order.
-LMH_FN lmh_tile lmh_fma_rows(lmh_matvec_params p, LMH_GLOBAL const lmh_u32 *x, lmh_weights w, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 at, lmh_u32 load, lmh_tile acc) {
+// weights w: one fma per weight and row, in the canonical order. Of a pass's rows the first
+// `present` are there; the others read the last of them again (lmh_matvec_rows).
+LMH_FN lmh_tile lmh_fma_rows(lmh_matvec_params p, LMH_GLOBAL const lmh_u32 *x, lmh_weights w, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 present, lmh_u32 at, lmh_u32 load, lmh_tile acc) {
     for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
-        lmh_f8 y = lmh_load_activations(x + (lmh_u64)(row0 + r) * p.hidden, at, p.hidden, load);
+        lmh_u32 row = row0 + (r < present ? r : present - 1u);
+        lmh_f8 y = lmh_load_activations(x + (lmh_u64)row * p.hidden, at, p.hidden, load);
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
             for (lmh_u32 i = 0u; i < 8u; i++) acc.v[m][r] = lmh_fma(w.row[m].v[i], y.v[i], acc.v[m][r]);
         }
@@ -957,7 +966,7 @@ LMH_FN lmh_tile lmh_fma_rows(lmh_matvec_params p, LMH_GLOBAL const lmh_u32 *x, l
 // every whole chunk, so every lane takes each shuffle; a partial chunk has group 0.
 // rows_per_pass, group and load are literals at every call, so the loops unroll and the
 // arrays live in registers.
-LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_scales table, lmh_u32 group, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 c, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
+LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_scales table, lmh_u32 group, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 present, lmh_u32 c, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
     lmh_weights wv;
     if (group != 0u) {
         // Every row's shuffles before any decode, so their latencies overlap (measured: taken
@@ -973,7 +982,7 @@ LMH_FN lmh_tile lmh_matvec_chunk(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL c
         lmh_u32 skew = (vocab.skew[m] + c * lmh_chunk_bytes(type)) & 3u;
         wv.row[m] = lmh_decode(type, vocab.row[m], lane, skew, p.hidden - (c << 8), load, s);
     }
-    return lmh_fma_rows(p, x, wv, row0, rows_per_pass, (c << 8) + (lane << 3), load, acc);
+    return lmh_fma_rows(p, x, wv, row0, rows_per_pass, present, (c << 8) + (lane << 3), load, acc);
 }
 
 #if LMH_STAGES > 0 || LMH_BULK_STAGES > 0
@@ -1009,7 +1018,7 @@ LMH_FN void lmh_stage_chunk(lmh_vocab_rows vocab, lmh_u32 chunk_bytes, lmh_u32 c
 // refilled only after that sync, which every lane reaches after its last read of the stage.
 // The last pass's reads all fed its butterfly, whose shuffles every lane has passed before
 // this pass's first copies.
-LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
+LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 present, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
     lmh_u32 chunks = p.hidden >> 8;
     lmh_u32 chunk_bytes = lmh_chunk_bytes(type);
     lmh_u8 *ring = lmh_stage_ring();
@@ -1035,7 +1044,7 @@ LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_
             staged.row[m] = ring + stage * LMH_STAGE_BYTES + m * LMH_STAGE_ROW_BYTES + lmh_skew16(at.row[m]);
         }
         table = lmh_refill_table(type, group, table, at, c, chunks - c, lane);
-        acc = lmh_matvec_chunk(p, type, x, staged, table, group, row0, rows_per_pass, c, load, lane, acc);
+        acc = lmh_matvec_chunk(p, type, x, staged, table, group, row0, rows_per_pass, present, c, load, lane, acc);
         stage = stage + 1u == LMH_STAGES ? 0u : stage + 1u;
     }
     return acc;
@@ -1047,7 +1056,7 @@ LMH_FN lmh_tile lmh_matvec_staged_chunks(lmh_matvec_params p, lmh_u32 type, LMH_
 // loaded before chunk c's fmas, so a pass waits on memory once per chunk, not once per vocab
 // row. Left to itself NVRTC loads F32's and BF16's rows one at a time into the same registers,
 // each just before its decode (bench/results/cuda-h200.md).
-LMH_FN lmh_tile lmh_matvec_resident_dense(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane, lmh_tile acc) {
+LMH_FN lmh_tile lmh_matvec_resident_dense(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 present, lmh_u32 lane, lmh_tile acc) {
     lmh_u32 chunks = p.hidden >> 8;
     lmh_u32 lane_bytes = lane << (type == LMH_TYPE_F32 ? 5u : 4u);
     lmh_dense_words next[LMH_VOCAB_ROWS_PER_SIMDGROUP];
@@ -1058,7 +1067,7 @@ LMH_FN lmh_tile lmh_matvec_resident_dense(lmh_matvec_params p, lmh_u32 type, LMH
             wv.row[m] = lmh_dense_words_values(next[m], type);
             if (c + 1u < chunks) next[m] = lmh_load_dense_words(vocab.row[m] + (c + 1u) * lmh_chunk_bytes(type) + lane_bytes, type);
         }
-        acc = lmh_fma_rows(p, x, wv, row0, rows_per_pass, (c << 8) + (lane << 3), LMH_LOAD_RESIDENT, acc);
+        acc = lmh_fma_rows(p, x, wv, row0, rows_per_pass, present, (c << 8) + (lane << 3), LMH_LOAD_RESIDENT, acc);
     }
     return acc;
 }
@@ -1066,12 +1075,12 @@ LMH_FN lmh_tile lmh_matvec_resident_dense(lmh_matvec_params p, lmh_u32 type, LMH
 
 // The chunks of a pass that every lane fills, read as `load` says (a literal), in steps of
 // LMH_CHUNKS_PER_STEP (1 or 2), then the odd one left.
-LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
+LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL const lmh_u32 *x, lmh_vocab_rows vocab, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 present, lmh_u32 load, lmh_u32 lane, lmh_tile acc) {
 #if LMH_RESIDENT > 0
-    if (load == LMH_LOAD_RESIDENT && lmh_dense(type) != 0u) return lmh_matvec_resident_dense(p, type, x, vocab, row0, rows_per_pass, lane, acc);
+    if (load == LMH_LOAD_RESIDENT && lmh_dense(type) != 0u) return lmh_matvec_resident_dense(p, type, x, vocab, row0, rows_per_pass, present, lane, acc);
 #endif
 #if LMH_STAGES > 0
-    if (lmh_dense(type) == 0u) return lmh_matvec_staged_chunks(p, type, x, vocab, row0, rows_per_pass, load, lane, acc);
+    if (lmh_dense(type) == 0u) return lmh_matvec_staged_chunks(p, type, x, vocab, row0, rows_per_pass, present, load, lane, acc);
 #endif
     lmh_u32 chunks = p.hidden >> 8;
     lmh_u32 group = lmh_table_chunks(type);
@@ -1081,13 +1090,13 @@ LMH_FN lmh_tile lmh_matvec_whole_chunks(lmh_matvec_params p, lmh_u32 type, LMH_G
 #pragma unroll
         for (lmh_u32 k = 0u; k < LMH_CHUNKS_PER_STEP; k++) {
             table = lmh_refill_table(type, group, table, vocab, c + k, chunks - (c + k), lane);
-            acc = lmh_matvec_chunk(p, type, x, vocab, table, group, row0, rows_per_pass, c + k, load, lane, acc);
+            acc = lmh_matvec_chunk(p, type, x, vocab, table, group, row0, rows_per_pass, present, c + k, load, lane, acc);
             for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += lmh_chunk_bytes(type);
         }
     }
     if (LMH_CHUNKS_PER_STEP > 1u && c < chunks) {
         table = lmh_refill_table(type, group, table, vocab, c, chunks - c, lane);
-        acc = lmh_matvec_chunk(p, type, x, vocab, table, group, row0, rows_per_pass, c, load, lane, acc);
+        acc = lmh_matvec_chunk(p, type, x, vocab, table, group, row0, rows_per_pass, present, c, load, lane, acc);
     }
     return acc;
 }
@@ -1117,13 +1126,14 @@ LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
 
 // One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes start at `rows`
 // (in the weights, or in a stage at the same offset from a 16-byte boundary), against
-// activation rows [row0, +rows_per_pass), all of them present. The chunks every lane fills
+// activation rows [row0, +rows_per_pass), of which the first `present` are there and written
+// (the others repeat the last of them, and their logits go nowhere). The chunks every lane fills
 // run without a bounds test, with 16-byte loads where rows allow them (activation rows of a
 // multiple of 4 values, and dense weight rows of a multiple of 16 bytes, start 16-byte
 // aligned: checked when recorded; quantized rows always hold a multiple of 32 values); a
 // last, partial chunk (hidden not a multiple of 256) runs with a bounds test, and a lane
 // whose values have ended stops there.
-LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 lane) {
+LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 present, lmh_u32 lane) {
     lmh_vocab_rows vocab;
     lmh_tile acc;
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
@@ -1135,42 +1145,59 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LM
     lmh_u32 wide = lmh_dense(type) == 0u || ((p.hidden & 3u) == 0u && (p.row_bytes & 15u) == 0u);
     lmh_u32 normed = input == LMH_INPUT_PARAMS ? (p.input_flushed != 0u && lmh_reads_normed(type, rows_per_pass) != 0u) : input;
     if (input == LMH_INPUT_RESIDENT) {
-        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_RESIDENT, lane, acc);
+        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, present, LMH_LOAD_RESIDENT, lane, acc);
     } else if (wide != 0u && normed != 0u) {
-        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_NORMED, lane, acc);
+        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, present, LMH_LOAD_NORMED, lane, acc);
     } else if (wide != 0u) {
-        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_WIDE, lane, acc);
+        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, present, LMH_LOAD_WIDE, lane, acc);
     } else {
-        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, LMH_LOAD_WHOLE, lane, acc);
+        acc = lmh_matvec_whole_chunks(p, type, x, vocab, row0, rows_per_pass, present, LMH_LOAD_WHOLE, lane, acc);
     }
     lmh_u32 whole_chunks = p.hidden >> 8;
     if (whole_chunks < p.chunks && (whole_chunks << 8) + (lane << 3) < p.hidden) {
         for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) vocab.row[m] += whole_chunks * lmh_chunk_bytes(type);
         lmh_scales none = { { { 0.0f, 0.0f } } };
-        acc = lmh_matvec_chunk(p, type, x, vocab, none, 0u, row0, rows_per_pass, whole_chunks, LMH_LOAD_PARTIAL, lane, acc);
+        acc = lmh_matvec_chunk(p, type, x, vocab, none, 0u, row0, rows_per_pass, present, whole_chunks, LMH_LOAD_PARTIAL, lane, acc);
     }
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
             float logit = lmh_butterfly(acc.v[m][r]);
-            if (lane == 0u && first + m < p.vocab) out[(lmh_u64)(row0 + r) * p.vocab + first + m] = lmh_as_uint(logit);
+            if (lane == 0u && first + m < p.vocab && r < present) out[(lmh_u64)(row0 + r) * p.vocab + first + m] = lmh_as_uint(logit);
         }
     }
 }
 
 // The passes of one group of vocab rows, [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes
-// start at `rows`, over activation rows [row0, end): LMH_ROWS_PER_PASS at a time, the rest in
-// passes of halving size, so no pass computes a row that is not there.
+// start at `rows`, over activation rows [row0, end): LMH_ROWS_PER_PASS at a time, then the
+// rest. With LMH_PAD_REST the rest is one pass of the smallest size (1, 2, 4 or 8) that holds
+// it, its missing rows repeating its last row and written nowhere: a pass reads its weights
+// once whatever its rows, so this costs about what a full pass does, where passes of halving
+// sizes (without it) read the weights once each. Each row's logits are its own fmas in the
+// canonical order either way, so no bit changes.
 LMH_FN void lmh_matvec_rows(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 end, lmh_u32 lane) {
-    for (; end - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, lane);
-    if (LMH_ROWS_PER_PASS > 4u && end - row0 >= 4u) {
-        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, lane);
-        row0 += 4u;
+    for (; end - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, LMH_ROWS_PER_PASS, lane);
+    if (LMH_PAD_REST == 0u) {
+        if (LMH_ROWS_PER_PASS > 4u && end - row0 >= 4u) {
+            lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, 4u, lane);
+            row0 += 4u;
+        }
+        if (LMH_ROWS_PER_PASS > 2u && end - row0 >= 2u) {
+            lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, 2u, lane);
+            row0 += 2u;
+        }
+        if (LMH_ROWS_PER_PASS > 1u && end - row0 >= 1u) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, 1u, lane);
+        return;
     }
-    if (LMH_ROWS_PER_PASS > 2u && end - row0 >= 2u) {
-        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, lane);
-        row0 += 2u;
+    lmh_u32 rest = end - row0;
+    if (LMH_ROWS_PER_PASS > 4u && rest > 4u) {
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, rest, lane);
+    } else if (LMH_ROWS_PER_PASS > 2u && rest > 2u) {
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, rest, lane);
+    } else if (LMH_ROWS_PER_PASS > 2u && rest == 2u) {
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, 2u, lane);
+    } else if (LMH_ROWS_PER_PASS > 1u && rest == 1u) {
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, 1u, lane);
     }
-    if (LMH_ROWS_PER_PASS > 1u && end - row0 >= 1u) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, lane);
 }
 
 // Every row of the batch, for one group of vocab rows.

@@ -36,7 +36,9 @@ const wide_pass = pass_sizes.len - 1;
 /// chunks a step of the chunk loop takes (1 or 2: two let a warp have the second's loads in
 /// flight while it computes the first), whether a block copies a pass of activation rows once
 /// into shared memory for its warps' vocab rows (kernels.h LMH_RESIDENT: 8 rows per pass, no
-/// bulk ring; a ring of chunks takes its stages from the same shared memory, stageRingBytes).
+/// bulk ring; a ring of chunks takes its stages from the same shared memory, stageRingBytes),
+/// and whether a call's rows past its last full pass run as one padded pass or as passes of
+/// halving sizes (kernels.h LMH_PAD_REST).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
@@ -45,6 +47,7 @@ pub const Shape = struct {
     bulk: u32 = 0,
     chunks_per_step: u32 = 1,
     resident: bool = false,
+    pad_rest: bool = true,
 };
 
 /// A pass size's tuning. The best shape differs by type, so each shape gets a module of its
@@ -58,7 +61,7 @@ pub const Tuning = struct {
     /// The head types whose modules the pass has (null: every one).
     types: ?[]const formats.Type = null,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
-    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null, resident: ?bool = null } = .{},
+    forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null, resident: ?bool = null, pad_rest: ?bool = null } = .{},
 
     pub fn shapeOf(tuning: Tuning, type_id: u32) Shape {
         var shape = tuning.shape;
@@ -73,6 +76,7 @@ pub const Tuning = struct {
             .bulk = tuning.forced.bulk orelse shape.bulk,
             .chunks_per_step = tuning.forced.chunks_per_step orelse shape.chunks_per_step,
             .resident = tuning.forced.resident orelse shape.resident,
+            .pad_rest = tuning.forced.pad_rest orelse shape.pad_rest,
         };
     }
 
@@ -192,7 +196,15 @@ comptime {
 /// BF16 run from resident rows from N = 8 too, and no type from decoded rows (removed). A ring
 /// of 2 stages beside resident rows, measured for every quantized type at N = 8 to 64 (one call,
 /// two runs): taken by Q8_0 (8%, 6%, 5% and 2% less); Q5_1 3%, Q5_0 1%, Q5_K -1 to 5%, the
-/// others slower at some N (Q4_0 up to 15%).
+/// others slower at some N (Q4_0 up to 15%). The rest of a call's rows in one padded pass
+/// (pad_rest), measured for every type at N = 1 to 9, 15, 16, 33 and 64 against passes of
+/// halving sizes (one call, two runs): N = 3 took 9-47% less for every type, N = 7 26-50%, but
+/// some types' full passes got slower, the padded pass compiled into their kernels: at 4 rows
+/// per pass Q5_0 (23% at N = 4), Q4_K (7%) and IQ4_NL (3%); at 8 Q5_0 (25-43% from N = 8),
+/// IQ4_XS (17-29%), Q4_K (15-23%), Q3_K (5-15%), Q2_K (3-6%) and Q5_1 (5% at N = 8); in the
+/// wide pass BF16 (4-5% from N = 16), F16 and F32 (5% and 3% at N = 64). Those keep halving
+/// passes; the others were within 2% at every full N and pad. F32, F16, BF16 and Q8_0 pad at 8
+/// rows per pass, where they run only N = 5 to 7 (6-47% less), resident from N = 8.
 pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },
@@ -224,25 +236,27 @@ pub const tunings = [pass_sizes.len]Tuning{
     .{ .shape = .{ .vocab_rows = 4, .min_blocks = 4, .chunks_per_step = 2 }, .shape_of = &.{
         .{ .q5_1, .{ .vocab_rows = 6, .min_blocks = 4, .chunks_per_step = 2 } },
         .{ .q5_k, .{ .vocab_rows = 6, .min_blocks = 4, .chunks_per_step = 2 } },
-        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2, .chunks_per_step = 2 } },
+        .{ .q5_0, .{ .vocab_rows = 4, .min_blocks = 2, .chunks_per_step = 2, .pad_rest = false } },
         .{ .q4_0, .{ .vocab_rows = 4, .min_blocks = 4, .prefetch = true, .chunks_per_step = 2 } },
+        .{ .q4_k, .{ .vocab_rows = 4, .min_blocks = 4, .chunks_per_step = 2, .pad_rest = false } },
+        .{ .iq4_nl, .{ .vocab_rows = 4, .min_blocks = 4, .chunks_per_step = 2, .pad_rest = false } },
     } },
     .{ .shape = .{ .vocab_rows = 8 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2 } },
         .{ .bf16, .{ .vocab_rows = 4 } },
-        .{ .iq4_xs, .{ .vocab_rows = 4 } },
-        .{ .q5_0, .{ .vocab_rows = 6 } },
-        .{ .q5_1, .{ .vocab_rows = 6 } },
-        .{ .q3_k, .{ .vocab_rows = 6 } },
-        .{ .q4_k, .{ .vocab_rows = 6 } },
+        .{ .iq4_xs, .{ .vocab_rows = 4, .pad_rest = false } },
+        .{ .q5_0, .{ .vocab_rows = 6, .pad_rest = false } },
+        .{ .q5_1, .{ .vocab_rows = 6, .pad_rest = false } },
+        .{ .q3_k, .{ .vocab_rows = 6, .pad_rest = false } },
+        .{ .q4_k, .{ .vocab_rows = 6, .pad_rest = false } },
         .{ .q4_0, .{ .vocab_rows = 8, .min_blocks = 3 } },
-        .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true, .bulk = 2 } },
+        .{ .q2_k, .{ .vocab_rows = 8, .prefetch = true, .bulk = 2, .pad_rest = false } },
         .{ .q6_k, .{ .vocab_rows = 8, .stages = 3 } },
         .{ .q5_k, .{ .vocab_rows = 8, .stages = 3 } },
         .{ .iq4_nl, .{ .vocab_rows = 8, .bulk = 2 } },
     } },
-    .{ .shape = .{ .vocab_rows = 8, .resident = true }, .types = &.{ .f32, .bf16, .f16, .q8_0 }, .shape_of = &.{
-        .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2, .resident = true } },
+    .{ .shape = .{ .vocab_rows = 8, .resident = true, .pad_rest = false }, .types = &.{ .f32, .bf16, .f16, .q8_0 }, .shape_of = &.{
+        .{ .f32, .{ .vocab_rows = 8, .chunks_per_step = 2, .resident = true, .pad_rest = false } },
         .{ .q8_0, .{ .vocab_rows = 8, .stages = 2, .resident = true } },
     } },
 };
@@ -251,7 +265,7 @@ pub const tunings = [pass_sizes.len]Tuning{
 /// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM and
 /// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches, `LMHEAD_CUDA_STAGES` (0, or 2
 /// to 4) every type's ring, `LMHEAD_CUDA_CHUNKS_PER_STEP` (1 or 2) every type's step,
-/// and `LMHEAD_CUDA_RESIDENT` (1 to 16) that the wide pass holds every type from resident rows,
+/// `LMHEAD_CUDA_PAD_REST` (0 or 1) whether every type pads the rest of a call's rows, and `LMHEAD_CUDA_RESIDENT` (1 to 16) that the wide pass holds every type from resident rows,
 /// with that many vocab rows per warp, each in its 8-row shape otherwise, with no ring but the
 /// stages LMHEAD_CUDA_STAGES names.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
@@ -264,6 +278,7 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     const bulk = try envCount("LMHEAD_CUDA_BULK", 0, 4);
     if (bulk == 1) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK=1: expected 0, or 2 to 4", .{});
     const chunks_per_step = try envCount("LMHEAD_CUDA_CHUNKS_PER_STEP", 1, 2);
+    const pad_rest = try envCount("LMHEAD_CUDA_PAD_REST", 0, 1);
     const resident = try envCount("LMHEAD_CUDA_RESIDENT", 1, max_vocab_rows);
     const bulk_ring = (bulk orelse 0) > 0;
     const stage_ring = (stages orelse 0) > 0;
@@ -271,7 +286,7 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     if (resident != null and bulk_ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_RESIDENT and LMHEAD_CUDA_BULK: resident rows or a bulk ring, not both", .{});
     if (resident != null) result[wide_pass] = .{ .shape = tunings[wide_pass - 1].shape, .shape_of = tunings[wide_pass - 1].shape_of };
     for (&result, 0..) |*t, i| {
-        t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk, .chunks_per_step = chunks_per_step };
+        t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk, .chunks_per_step = chunks_per_step, .pad_rest = if (pad_rest) |n| n == 1 else null };
         // A forced ring of either kind replaces the other; a forced bulk ring replaces resident
         // rows too.
         if (bulk_ring and stages == null) t.forced.stages = 0;
@@ -339,6 +354,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_CUDA_NORMED_ENTRY", @intFromBool(hasNormedEntry(pass)) },
         .{ "LMH_RESIDENT", @intFromBool(shape.resident) },
         .{ "LMH_THREADGROUP_SHIFT", std.math.log2_int(u32, warps_per_block) },
+        .{ "LMH_PAD_REST", @intFromBool(shape.pad_rest) },
     };
     comptime std.debug.assert(defines.len <= module.max_defines);
     return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &defines });
@@ -1092,6 +1108,21 @@ test "LMHEAD_CUDA_CHUNKS_PER_STEP sets every type's step and keeps the rest of i
     try std.testing.expect(std.mem.indexOf(u8, status.message(), "LMHEAD_CUDA_CHUNKS_PER_STEP=3: expected 1 to 2") != null);
     try std.testing.expect(!validShape(.{ .vocab_rows = 4, .chunks_per_step = 0 }));
     try std.testing.expect(!validShape(.{ .vocab_rows = 4, .chunks_per_step = 3 }));
+}
+
+test "LMHEAD_CUDA_PAD_REST sets whether every type pads the rest of a call's rows and keeps the rest of its shape; only 0 or 1" {
+    defer _ = unsetenv("LMHEAD_CUDA_PAD_REST");
+    for ([_]bool{ false, true }) |pad| {
+        _ = setenv("LMHEAD_CUDA_PAD_REST", if (pad) "1" else "0", 1);
+        for (try tuningsFromEnv(), tunings) |forced, tuning| for (formats.all) |f| {
+            var want = tuning.shapeOf(@backingInt(f.type));
+            want.pad_rest = pad;
+            try std.testing.expectEqual(want, forced.shapeOf(@backingInt(f.type)));
+        };
+    }
+    _ = setenv("LMHEAD_CUDA_PAD_REST", "2", 1);
+    try std.testing.expectError(error.InvalidArgument, tuningsFromEnv());
+    try std.testing.expect(std.mem.indexOf(u8, status.message(), "LMHEAD_CUDA_PAD_REST=2: expected 0 to 1") != null);
 }
 
 test "a bulk ring takes a block's shared memory for quantized types only, and only where its stages fit" {

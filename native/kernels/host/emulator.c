@@ -15,7 +15,8 @@
 //
 // Built four times by build.zig: with the source's default tuning, and under other symbol
 // prefixes (LMH_EMULATOR) with another tuning, with a ring of stages (LMH_STAGES) and with
-// resident rows and a ring (LMH_RESIDENT), to show that none changes a bit.
+// resident rows and a ring (LMH_RESIDENT) and halving passes for the rest of a call's rows
+// (LMH_PAD_REST 0), to show that none changes a bit.
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
