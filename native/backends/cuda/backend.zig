@@ -20,13 +20,18 @@ const threads_per_block = 32 * warps_per_block;
 /// Activation rows one pass shares each decoded weight with: modules per size, so a call of
 /// N rows runs the kernel whose registers fit N (passIndex) and one row keeps the occupancy
 /// that bandwidth needs. A module is compiled when a call first needs it (an 8-row one takes
-/// NVRTC 14-33 s on 2 cores), the 1-row ones when the device opens. The last, `wide_pass`,
+/// NVRTC 14-33 s on 2 cores), the 1-row ones when the device opens. The fifth, `wide_pass`,
 /// runs 8 rows per pass again, only for the types its tuning lists and only where they run
 /// from resident rows (from N = 8): a module of its own, as NVRTC compiled F32's own 8-row
 /// passes 2.4 times as slow at N = 8 and 16 beside rows in shared memory in one module
-/// (decoded rows then, bench/results/cuda-h200.md).
-pub const pass_sizes = [_]u32{ 1, 2, 4, 8, 8 };
-const wide_pass = pass_sizes.len - 1;
+/// (decoded rows then, bench/results/cuda-h200.md). After it come the rest passes, one for
+/// the 4-row and one for the 8-row pass (`rest_pass_of`): a call whose rows fill no pass of
+/// that size (N = 3, or 5 to 7) runs there if its type keeps halving passes in the plain one,
+/// padded, as it then has no full pass that padding could slow.
+pub const pass_sizes = [_]u32{ 1, 2, 4, 8, 8, 4, 8 };
+const wide_pass = 4;
+/// The rest pass of each plain pass, if it has one.
+const rest_pass_of = [wide_pass]?usize{ null, null, 5, 6 };
 /// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
 /// rows one warp computes (they share each activation load, and more of them keep more weight
 /// bytes in flight), blocks an SM must hold at once (NVRTC caps the registers to fit them;
@@ -54,10 +59,12 @@ pub const Shape = struct {
 /// own, holding the types that take it: every kernel is compiled for its own tile (a tile
 /// sized for the most vocab rows any type takes made some types' kernels slower than their
 /// own tile's, on an H200).
+pub const TypeShape = struct { formats.Type, Shape };
+
 pub const Tuning = struct {
     shape: Shape,
     /// Types whose shape differs from `shape`.
-    shape_of: []const struct { formats.Type, Shape } = &.{},
+    shape_of: []const TypeShape = &.{},
     /// The head types whose modules the pass has (null: every one).
     types: ?[]const formats.Type = null,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
@@ -131,9 +138,11 @@ comptime {
         std.debug.assert(validShape(t.shape) and (!t.shape.resident or size == 8));
         for (t.shape_of) |o| std.debug.assert(validShape(o[1]) and (!o[1].resident or size == 8));
     }
-    // Only the wide pass lists its types, and it runs them from resident rows (its reason).
+    // Only the wide and rest passes list their types; the wide one runs them from resident
+    // rows (its reason).
     for (tunings[0..wide_pass]) |t| std.debug.assert(t.types == null);
     for (tunings[wide_pass].types.?) |t| std.debug.assert(tunings[wide_pass].shapeOf(@backingInt(t)).resident);
+    for (rest_pass_of, 0..) |rest, plain| if (rest) |r| std.debug.assert(pass_sizes[r] == pass_sizes[plain] and tunings[r].types != null);
 }
 
 /// Per pass size, measured on an H200 (bench/results/cuda-h200.md). Vocab rows per warp: 4, 8
@@ -204,8 +213,12 @@ comptime {
 /// IQ4_XS (17-29%), Q4_K (15-23%), Q3_K (5-15%), Q2_K (3-6%) and Q5_1 (5% at N = 8); in the
 /// wide pass BF16 (4-5% from N = 16), F16 and F32 (5% and 3% at N = 64). Those keep halving
 /// passes; the others were within 2% at every full N and pad. F32, F16, BF16 and Q8_0 pad at 8
-/// rows per pass, where they run only N = 5 to 7 (6-47% less), resident from N = 8.
-pub const tunings = [pass_sizes.len]Tuning{
+/// rows per pass, where they run only N = 5 to 7 (6-47% less), resident from N = 8. The types
+/// that keep halving passes run N = 3 and 5 to 7 in the rest passes, whose kernels are the
+/// padded ones that call measured (the same SASS): N = 3 9-32% less, N = 5 to 7 3-43%.
+pub const tunings = plain_tunings ++ [_]Tuning{ restPass(plain_tunings[2]), restPass(plain_tunings[3]) };
+
+const plain_tunings = [wide_pass + 1]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
         .{ .f32, .{ .vocab_rows = 4, .min_blocks = 4 } },
         .{ .f16, .{ .vocab_rows = 4, .min_blocks = 4 } },
@@ -260,6 +273,29 @@ pub const tunings = [pass_sizes.len]Tuning{
         .{ .q8_0, .{ .vocab_rows = 8, .stages = 2, .resident = true } },
     } },
 };
+
+/// The rest pass of a plain pass (pass_sizes): the types that keep halving passes there, each
+/// in its own shape but padding the rest.
+fn restPass(comptime plain: Tuning) Tuning {
+    comptime {
+        var types: [formats.all.len]formats.Type = undefined;
+        var shapes: [formats.all.len]TypeShape = undefined;
+        var count: usize = 0;
+        for (formats.all) |f| {
+            var shape = plain.shapeOf(@backingInt(f.type));
+            if (!f.head or shape.pad_rest) continue;
+            shape.pad_rest = true;
+            types[count] = f.type;
+            shapes[count] = .{ f.type, shape };
+            count += 1;
+        }
+        const held = types[0..count].*;
+        const own = shapes[0..count].*;
+        var shape = plain.shape;
+        shape.pad_rest = true;
+        return .{ .shape = shape, .shape_of = &own, .types = &held };
+    }
+}
 
 /// `tunings`, with the overrides of tuning runs: `LMHEAD_CUDA_VOCAB_ROWS` sets every type's
 /// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM and
@@ -329,11 +365,15 @@ fn hasNormedEntry(pass: usize) bool {
 
 /// The pass whose module runs matvec `p`: the wide pass where it holds the type and would run
 /// it from resident rows (of at most `max_shared_bytes`), else the smallest pass
-/// size that holds its rows (the largest past it).
+/// size that holds its rows (the largest past it), or that size's rest pass where the rows
+/// fill no pass of it and the rest pass holds the type.
 fn passIndex(passes: *const [pass_sizes.len]Tuning, p: params.Matvec, max_shared_bytes: u32) usize {
     const wide = passes[wide_pass];
     if (wide.holds(p.type_id) and areaBytes(wide.shapeOf(p.type_id), p, max_shared_bytes) != 0) return wide_pass;
-    for (pass_sizes[0..wide_pass], 0..) |size, i| if (p.rows <= size) return i;
+    for (pass_sizes[0..wide_pass], 0..) |size, i| if (p.rows <= size) {
+        if (rest_pass_of[i]) |rest| if (p.rows < size and passes[rest].holds(p.type_id)) return rest;
+        return i;
+    };
     return wide_pass - 1;
 }
 
@@ -1222,6 +1262,34 @@ test "N rows run in the smallest pass that holds them, or in the wide pass where
     var listed: u32 = 0;
     for (tunings[wide_pass].types.?) |t| listed |= @as(u32, 1) << @intCast(@backingInt(t));
     try std.testing.expectEqual(listed, held);
+}
+
+test "a type that keeps halving passes runs rows that fill no pass of its size in that size's rest pass, padded, in its own shape" {
+    const max_shared_bytes = 227 << 10; // an H200
+    for (rest_pass_of, 0..) |maybe_rest, plain| if (maybe_rest) |rest| {
+        var held: usize = 0;
+        for (formats.all) |f| if (f.head) {
+            const id = @backingInt(f.type);
+            const own = tunings[plain].shapeOf(id);
+            try std.testing.expectEqual(!own.pad_rest, tunings[rest].holds(id));
+            if (own.pad_rest) continue;
+            held += 1;
+            var padded = own;
+            padded.pad_rest = true;
+            try std.testing.expectEqual(padded, tunings[rest].shapeOf(id));
+        };
+        try std.testing.expect(held > 0);
+    };
+    // Q4_K keeps halving passes at 4 and 8 rows per pass; Q6_K pads at both.
+    var p: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.q4_k), .row_bytes = 144 * 11, .chunks = 11 };
+    const rows = [_]u32{ 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 64 };
+    for (rows, [_]usize{ 0, 1, 5, 2, 6, 6, 6, 3, 3, 3, 3 }, [_]usize{ 0, 1, 2, 2, 3, 3, 3, 3, 3, 3, 3 }) |n, q4_k, q6_k| {
+        p.rows = n;
+        p.type_id = @backingInt(formats.Type.q4_k);
+        try std.testing.expectEqual(q4_k, passIndex(&tunings, p, max_shared_bytes));
+        p.type_id = @backingInt(formats.Type.q6_k);
+        try std.testing.expectEqual(q6_k, passIndex(&tunings, p, max_shared_bytes));
+    }
 }
 
 test "a non-finite count splits a long row for the whole GPU: a power of two of segments, 8 values a lane at least" {
