@@ -449,8 +449,8 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
 /// Writes a module to `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p]-s<stages>-k<bulk stages>-c<chunks
 /// per step>[-r][-h]-t<types>.cubin` (-p: it prefetches; -r: resident rows; -h: halving passes
 /// for the rest; types: a bit per type id, so a rest pass's module is apart from its plain
-/// pass's) and returns that path, which the compile-only run prints for scripts/cuda_sass.py (the modules of a pass size compile
-/// together, so the cache's order of files says nothing).
+/// pass's) and returns that path, which the compile-only run prints for scripts/cuda_sass.py
+/// (the modules of a pass size compile together, so the cache's order of files says nothing).
 fn writeCubin(path: *[1024:0]u8, dir: []const u8, rows: u32, shape: cuda_backend.Shape, types: u32, image: []const u8) []const u8 {
     const name: [:0]const u8 = std.mem.printSentinel(path, "{s}/r{d}-v{d}-b{d}{s}-s{d}-k{d}-c{d}{s}{s}-t{x}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) "-p" else "", shape.stages, shape.bulk, shape.chunks_per_step, if (shape.resident) "-r" else "", if (shape.pad_rest) "" else "-h", types }, 0) catch "";
     const file = if (name.len > 0) std.c.fopen(name, "wb") else null;

@@ -216,7 +216,14 @@ comptime {
 /// rows per pass, where they run only N = 5 to 7 (6-47% less), resident from N = 8. The types
 /// that keep halving passes run N = 3 and 5 to 7 in the rest passes, whose kernels are the
 /// padded ones that call measured (the same SASS): N = 3 9-32% less, N = 5 to 7 3-43%.
-pub const tunings = plain_tunings ++ [_]Tuning{ restPass(plain_tunings[2]), restPass(plain_tunings[3]) };
+pub const tunings = blk: {
+    var all: [pass_sizes.len]Tuning = undefined;
+    all[0..plain_tunings.len].* = plain_tunings;
+    for (rest_pass_of, 0..) |rest, plain| if (rest) |r| {
+        all[r] = restPass(plain_tunings[plain]);
+    };
+    break :blk all;
+};
 
 const plain_tunings = [wide_pass + 1]Tuning{
     .{ .shape = .{ .vocab_rows = 8, .min_blocks = 4 }, .shape_of = &.{
