@@ -139,7 +139,10 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// 131072 and 262144 (three sittings of 2 to 5 A-B pairs); Q4_0 and Q4_K were 8–10% slower
 /// with two still, until their codes went into the fmas a step at a time (decode.zig's
 /// codes_by_group): then two took 9–15% less a call for Q4_0 and 1–8% for Q4_K at N = 1 on
-/// a 2-core Zen 4 (vocab 32768, 8 and 12 interleaved rounds).
+/// a 2-core Zen 4 (vocab 32768, 8 and 12 interleaved rounds). Four rows from the task's
+/// quarters for the dense types at N ≤ 2 (four streams, as the read probe takes) were no
+/// better there (3 rounds): F32 11% less a call at N = 2 and level at N = 1, F16 level, BF16
+/// 22–24% more.
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
     if (elementwise_width < 16 and group <= 2) return if (t == .q5_k and group == 1) 2 else 1;
     return 2;
@@ -207,9 +210,12 @@ const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width 
 /// interleaved rounds), and with the fmas Q5_1 had been 5-11% slower than before; one vocab
 /// row at a time with the fmas (8 accumulators, not 16) was slower still: 39-59% more a call
 /// at N = 4 for Q6_K, Q8_0, Q4_K and Q4_0, and at N = 3 from 3% less (Q4_K) to 15% more
-/// (Q8_0) (vocab 32768, 6 interleaved rounds, the same Zen 4). The dense types keep their
-/// stores (their 64-value transposes hand over 8 lanes at a time, a quarter of an
-/// accumulator's register).
+/// (Q8_0) (vocab 32768, 6 interleaved rounds, the same Zen 4). Nor did 5 to 8 batch rows
+/// beat the tiles that way, one vocab row at a time (16 accumulators, the rows' inputs read
+/// from L2 again for every vocab row): 11–31% more a call at N = 5 and 8 for Q8_0, Q6_K,
+/// Q4_K and Q4_0 (a 2-core Zen 4, 2026-12-05, vocab 32768, 2 interleaved rounds, every cell
+/// slower). The dense types keep their stores (their 64-value transposes hand over 8 lanes
+/// at a time, a quarter of an accumulator's register).
 fn decodesIntoFmas(comptime t: formats.Type, comptime group: usize) bool {
     if (!decode.codes_by_group) return false;
     return elementwise_width < 16 or (formats.of(t).block_values > 1 and group <= 3);
@@ -220,7 +226,9 @@ const tile_block_values = tile_block_chunks * lanes.chunk_values;
 const vocab_rows_per_task = 64;
 /// How far ahead of the decoder each chunk's bytes are requested. The hardware
 /// prefetchers alone left a 2-core Zen at half the read bandwidth; a steady software
-/// stream a few pages ahead (measured: 4–16 KiB all work) reaches it.
+/// stream a few pages ahead (measured: 4–16 KiB all work) reaches it. On a 2-core Zen 4
+/// (vocab 32768, 3 interleaved rounds, F32, F16, BF16, Q8_0 and Q6_K at N = 1, 2 and 8) 16
+/// and 32 KiB took from 7% less to 20% more a call than 8, more in 12 and 13 of 15 cells.
 const prefetch_bytes = 8192;
 /// Whether a small batch's decoder, feeding the fmas, also asks for the next chunk's bytes
 /// in L1 (the stream above brings them to L2). In a time profile of Q6_K at N = 1 (perf's
