@@ -140,9 +140,9 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// with two still, until their codes went into the fmas a step at a time (decode.zig's
 /// codes_by_group): then two took 9–15% less a call for Q4_0 and 1–8% for Q4_K at N = 1 on
 /// a 2-core Zen 4 (vocab 32768, 8 and 12 interleaved rounds). Four rows from the task's
-/// quarters for the dense types at N ≤ 2 (four streams, as the read probe takes) were no
-/// better there (3 rounds): F32 11% less a call at N = 2 and level at N = 1, F16 level, BF16
-/// 22–24% more.
+/// quarters for the dense types at N ≤ 2 (four streams, as the read probe takes) were not
+/// kept: F32 11% less a call at N = 2 and level at N = 1, F16 level, BF16 22–24% more (the
+/// same Zen 4, 3 interleaved rounds).
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
     if (elementwise_width < 16 and group <= 2) return if (t == .q5_k and group == 1) 2 else 1;
     return 2;
