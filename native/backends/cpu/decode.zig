@@ -514,6 +514,7 @@ inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, sink: anytype) void {
 inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
     const E = if (t == .f32) u32 else u16;
     if (builtin.cpu.arch == .x86_64 and !has_avx512 and E == u16) return decodeHalvesByUnpacks(t, src, sink);
+    if (t == .bf16 and has_avx512) return decodeBf16ByPermutes(src, sink);
     const together = comptime groupsOfSink(@TypeOf(sink));
     inline for (0..4 / together) |g| {
         var tr: [together]@Vector(64, E) = undefined;
@@ -537,6 +538,30 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink
             inline for (0..2) |half| inline for (0..together) |h| {
                 sink.put(32 * (2 * p + half) + 8 * (together * g + h), 8, part(f32, 8, v[h], half));
             };
+        }
+    }
+}
+
+/// BF16 with AVX-512: each 16 values of a step come out of one word permute of their group's
+/// 64 (two registers) into the high word of each f32, the low one cleared by an and: two
+/// instructions where the general path takes a share of a transpose, an extraction, a zero
+/// extension and a shift (LLVM keeps the and rather than zero-masking the permute). Measured
+/// on a 2-core Zen 4, interleaved: with the head in L3 (vocab 4096, 6 rounds) 14% less a call
+/// at N = 1, 11% at N = 2, 3% at N = 8; from memory (vocab 32768 and 262144, 4 to 6 rounds),
+/// where the call waits on the reads, within the machine's noise (0.91–1.04 of before at
+/// N = 1 to 32).
+inline fn decodeBf16ByPermutes(src: *const [chunkBytes(.bf16)]u8, sink: anytype) void {
+    const W = @Vector(64, u16);
+    inline for (0..4) |k| {
+        const x = load(u16, 64, src[128 * k ..]);
+        inline for (0..4) |p| {
+            comptime var m: [32]i32 = undefined;
+            inline for (0..16) |j| {
+                m[2 * j] = ~@as(i32, 0);
+                m[2 * j + 1] = transpose8x8[16 * p + j];
+            }
+            const v: @Vector(16, f32) = @bitCast(@shuffle(u16, x, @as(W, @splat(0)), m));
+            inline for (0..2) |half| sink.put(32 * (2 * p + half) + 8 * k, 8, part(f32, 8, v, half));
         }
     }
 }
@@ -793,5 +818,15 @@ test "chunkLanes equals the transposed decodeBlock output bit for bit" {
         const row = buf[0 .. 2 * 65536];
         for (0..65536) |h| std.mem.writeInt(u16, row[2 * h ..][0..2], @intCast(h), .little);
         try checkLanes(t, row, 65536);
+    }
+    // AVX-512's BF16 path, on any target: every pattern, chunk by chunk, against the reference.
+    const row = buf[0 .. 2 * 65536];
+    for (0..65536) |h| std.mem.writeInt(u16, row[2 * h ..][0..2], @intCast(h), .little);
+    for (0..256) |c| {
+        var want: [256]f32 = undefined;
+        var got: [256]f32 = undefined;
+        decodeChunkLanesRef(.bf16, row, c, 65536, &want);
+        decodeBf16ByPermutes(row[512 * c ..][0..512], ChunkArray{ .out = &got });
+        try testing.expectEqualSlices(u32, @as(*const [256]u32, @ptrCast(&want)), @as(*const [256]u32, @ptrCast(&got)));
     }
 }
