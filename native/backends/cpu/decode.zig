@@ -489,9 +489,13 @@ inline fn chunkQ6K(b: *const formats.blocks.Q6_K, sink: anytype) void {
         const s0: u3 = 4 * (k % 2);
         const ql: B64 = b.ql[64 * n ..][0..64].*;
         const qh: @Vector(32, u8) = b.qh[32 * n ..][0..32].*;
-        const lo = (ql >> @splat(s0)) & splat64(0xf);
-        const hi = concat(u8, 32, qh >> @splat(s0), qh >> @splat(s0 + 2)) & splat64(3);
-        g[k] = (lo | (hi << @splat(4))) -% splat64(32);
+        // The high bits shifted straight to bits 4-5, so that both masks and the or are one
+        // bitwise select (a vpternlog with AVX-512): 6 fewer vector operations a chunk. On a
+        // 2-core Zen 4, interleaved: 3-7% less a call at N = 1 and 4-8% at N = 2 with the head
+        // in L3 (vocab 4096, 6 rounds), 3-13% and 3-12% at vocab 32768 (5 rounds), 3-6% at
+        // N = 1 for Gemma's head (4 rounds); N = 8 and 32 level.
+        const hi = if (s0 == 0) concat(u8, 32, qh << @splat(4), qh << @splat(2)) else concat(u8, 32, qh, qh >> @splat(2));
+        g[k] = (((ql >> @splat(s0)) & splat64(0xf)) | (hi & splat64(0x30))) -% splat64(32);
     }
     emit(i8, g, 16, dl, .none, @splat(0), sink);
 }
