@@ -308,7 +308,8 @@ fn restPass(comptime plain: Tuning) Tuning {
 /// vocab rows per warp, `LMHEAD_CUDA_MIN_BLOCKS` every type's blocks per SM and
 /// `LMHEAD_CUDA_PREFETCH` (0 or 1) whether every type prefetches, `LMHEAD_CUDA_STAGES` (0, or 2
 /// to 4) every type's ring, `LMHEAD_CUDA_CHUNKS_PER_STEP` (1 or 2) every type's step,
-/// `LMHEAD_CUDA_PAD_REST` (0 or 1) whether every type pads the rest of a call's rows, and `LMHEAD_CUDA_RESIDENT` (1 to 16) that the wide pass holds every type from resident rows,
+/// `LMHEAD_CUDA_PAD_REST` (0 or 1) whether every type pads the rest of a call's rows, and
+/// `LMHEAD_CUDA_RESIDENT` (1 to 16) that the wide pass holds every type from resident rows,
 /// with that many vocab rows per warp, each in its 8-row shape otherwise, with no ring but the
 /// stages LMHEAD_CUDA_STAGES names.
 pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
