@@ -68,7 +68,7 @@ pub fn main(init: std.process.Init.Minimal) !void {
     if (is_check and rows_arg != null) usage();
     const vocab = if (vocab_arg) |v| std.fmt.parseInt(u32, v, 10) catch 0 else full_vocab;
     if (vocab == 0 or vocab > full_vocab) usage();
-    if (!typesKnown(listed_types)) usage();
+    const types = parseTypes(listed_types) orelse usage();
     var rows_buffer: [max_bench_rows]u32 = undefined;
     const rows = if (rows_arg) |r| parseRows(r, &rows_buffer) orelse usage() else &bench_rows;
     var cuda: u64 = 0;
@@ -91,7 +91,7 @@ pub fn main(init: std.process.Init.Minimal) !void {
     var len: u64 = 0;
     try ok(lib.lmh_device_info(cuda, &info, &text, text.len, &len));
     std.debug.print("device: {s} (opened in {d:.1} s: the one-row kernels compiled or read from the cache, the others on first use)\n", .{ text[0..@min(len, text.len)], seconds() - open_start });
-    if (is_check) try check(cuda, listed_types) else try bench(cuda, listed_types, rows, vocab);
+    if (is_check) try check(cuda, types) else try bench(cuda, types, rows, vocab);
 }
 
 fn usage() noreturn {
@@ -212,7 +212,7 @@ fn fillInputs(random: std.Random, x: []f32, hidden: usize) void {
     }
 }
 
-fn check(cuda: u64, types: []const u8) !void {
+fn check(cuda: u64, types: TypeSet) !void {
     var cpu: u64 = 0;
     try ok(lib.lmh_device_open(@backingInt(device_mod.Kind.cpu), &cpu));
     // The same kernels compiled with --ftz=true must give the same bytes.
@@ -223,8 +223,8 @@ fn check(cuda: u64, types: []const u8) !void {
     var cases: u32 = 0;
     var prng = std.Random.DefaultPrng.init(0x9e3779b97f4a7c15);
     const random = prng.random();
-    for (formats.all) |f| {
-        if (!f.head or !listed(types, f.name)) continue;
+    for (formats.all, types) |f, chosen| {
+        if (!chosen) continue;
         const full = f.type == .q6_k or f.type == .q8_0 or f.type == .f16;
         const Shape = struct { hidden: u32, vocab: u32, weights: Weights };
         // Full Gemma shape or a smaller vocab; a second hidden size with a partial last chunk
@@ -324,16 +324,25 @@ fn compareRows(want: []const f32, got: []const f32, order: []const u32, vocab: u
     return result;
 }
 
-/// Whether every entry of a TYPE list names a head type (an empty list is every type).
-fn typesKnown(list: []const u8) bool {
-    if (list.len == 0) return true;
+/// The head types a run covers, by position in formats.all.
+const TypeSet = [formats.all.len]bool;
+
+/// The head types a TYPE list names (an empty list names every one), or null when an entry
+/// names none.
+fn parseTypes(list: []const u8) ?TypeSet {
+    var set: TypeSet = undefined;
+    for (formats.all, &set) |f, *chosen| chosen.* = f.head and list.len == 0;
+    if (list.len == 0) return set;
     var it = std.mem.splitScalar(u8, list, ',');
     while (it.next()) |entry| {
-        for (formats.all) |f| {
-            if (f.head and std.ascii.eqlIgnoreCase(entry, f.name)) break;
-        } else return false;
+        for (formats.all, &set) |f, *chosen| {
+            if (f.head and std.ascii.eqlIgnoreCase(entry, f.name)) {
+                chosen.* = true;
+                break;
+            }
+        } else return null;
     }
-    return true;
+    return set;
 }
 
 /// The N list of `bench`: each from 1 to pool_rows, at most max_bench_rows of them.
@@ -349,15 +358,7 @@ fn parseRows(list: []const u8, out: *[max_bench_rows]u32) ?[]const u32 {
     return out[0..count];
 }
 
-/// Whether `item` is in the comma-separated `list`; an empty list holds everything.
-fn listed(list: []const u8, item: []const u8) bool {
-    if (list.len == 0) return true;
-    var it = std.mem.splitScalar(u8, list, ',');
-    while (it.next()) |entry| if (std.ascii.eqlIgnoreCase(entry, item)) return true;
-    return false;
-}
-
-fn bench(cuda: u64, types: []const u8, rows: []const u32, vocab: u32) !void {
+fn bench(cuda: u64, types: TypeSet, rows: []const u32, vocab: u32) !void {
     const a = std.heap.c_allocator;
     var bandwidth: [2]f64 = undefined;
     try ok(lib.lmh_device_read_bandwidth(cuda, 4 << 30, 20, &bandwidth));
@@ -374,8 +375,8 @@ fn bench(cuda: u64, types: []const u8, rows: []const u32, vocab: u32) !void {
     for (x) |*v| v.* = (random.float(f32) - 0.5) * 6;
     try launchOverhead(cuda, norm, x);
     std.debug.print("\nvocab {d} x hidden {d}\n| type | GB | N | ms/call | norm + matvec ms | floor ms | % of floor (call) | % of floor (norm + matvec) | logits read ms, pageable / pinned |\n|---|---|---|---|---|---|---|---|---|\n", .{ vocab, full_hidden });
-    for (formats.all) |f| {
-        if (!f.head or !listed(types, f.name)) continue;
+    for (formats.all, types) |f, chosen| {
+        if (!chosen) continue;
         const row_bytes = formats.rowBytes(f.type, full_hidden).?;
         const weights = try a.alloc(u8, row_bytes * vocab);
         defer a.free(weights);
