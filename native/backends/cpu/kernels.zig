@@ -142,7 +142,9 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// a 2-core Zen 4 (vocab 32768, 8 and 12 interleaved rounds). Four rows from the task's
 /// quarters for the dense types at N ≤ 2 (four streams, as the read probe takes) were not
 /// kept: F32 11% less a call at N = 2 and level at N = 1, F16 level, BF16 22–24% more (the
-/// same Zen 4, 3 interleaved rounds).
+/// same Zen 4, 3 interleaved rounds); nor without their software prefetch, as the probe
+/// reads: BF16 11% more at N = 1 and 39% at N = 2, F16 15% more at N = 2, F32 within the
+/// noise (2026-12-05, vocab 32768, 3 interleaved rounds).
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
     if (elementwise_width < 16 and group <= 2) return if (t == .q5_k and group == 1) 2 else 1;
     return 2;
