@@ -97,13 +97,14 @@ fn addMetalSources(b: *std.Build, module: *std.Build.Module) void {
     module.addAnonymousImport("metal_entries", .{ .root_source_file = b.path("metal/entries.metal") });
 }
 
-/// The host emulator of the GPU kernel source (native/kernels/host/emulator.c), four times:
+/// The host emulator of the GPU kernel source (native/kernels/host/emulator.c), five times:
 /// with the source's default tuning, and under other symbol prefixes with another tuning (2
 /// rows per pass, so Q4_K and Q5_K keep scale tables, and an entry point per input, as CUDA's
-/// modules of 1 and 2 rows per pass have), with the quantized weights staged (CUDA's ring) and
+/// modules of 1 and 2 rows per pass have), with the quantized weights staged (CUDA's ring),
 /// with resident rows and staged quantized weights (as CUDA's wide pass runs) and the rest of
-/// a call's rows in passes of halving sizes (the default pads them), so the tests can show
-/// that none changes a bit.
+/// a call's rows in passes of halving sizes (the default pads them), and with resident rows
+/// whose last tile runs as a full pass (CUDA's wide rest pass), so the tests can show that
+/// none changes a bit.
 fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
     const flags = [_][]const u8{ "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas" };
     const source = b.path("native/kernels/host/emulator.c");
@@ -114,6 +115,8 @@ fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ staged) });
     const resident = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_resident", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_RESIDENT=1u", "-DLMH_STAGES=2u", "-DLMH_PAD_REST=0u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ resident) });
+    const resident_padded = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_resident_padded", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=2u", "-DLMH_RESIDENT=1u", "-DLMH_PAD_RESIDENT=1u" };
+    module.addCSourceFile(.{ .file = source, .flags = &(flags ++ resident_padded) });
 }
 
 /// Checks that a GPU target's kernel source (prelude, params.h, kernels.h, entries, in the

@@ -14,7 +14,7 @@ pub const Grid = struct {
 };
 
 /// One build of emulator.c, by its symbol prefix: build.zig builds the source's default
-/// tuning, another one, a staged one and one with resident rows.
+/// tuning, another one, a staged one and two with resident rows.
 pub fn Emulator(comptime prefix: []const u8) type {
     return struct {
         const dispatch_c = @extern(*const fn (u32, *const anyopaque, u64, [*]const ?*anyopaque, u32, *const [3]u32, *const [3]u32) callconv(.c) c_int, .{ .name = prefix ++ "_dispatch" });
@@ -105,6 +105,9 @@ pub const staged = Emulator("lmh_emulator_staged");
 /// quantized types' chunks staged in a ring of 2 (LMH_STAGES), and the rows past the last
 /// full pass in passes of halving sizes (LMH_PAD_REST 0; the other builds pad them).
 pub const resident = Emulator("lmh_emulator_resident");
+/// 2 vocab rows per simdgroup, 8 rows per pass, resident rows, and a tile short of a pass
+/// run as one full pass of its rows and copies of its last (LMH_PAD_RESIDENT).
+pub const resident_padded = Emulator("lmh_emulator_resident_padded");
 
 // ---------------------------------------------------------------------------------------
 // Tests of the emulator itself; parity_test.zig runs the kernels against the CPU backend.
@@ -117,7 +120,7 @@ const registry = @import("../core/registry.zig");
 test "every kernel of the registry has an entry point, in every build" {
     var name: [64]u8 = undefined;
     const fixed = [_]registry.Kernel{ .rms_norm, .softcap, .count_non_finite };
-    inline for (.{ default, retuned, staged, resident }) |build| {
+    inline for (.{ default, retuned, staged, resident, resident_padded }) |build| {
         for (fixed) |k| _ = try build.kernel(k.name(&name));
         for (std.enums.values(formats.Type)) |t| {
             const k: registry.Kernel = .{ .matvec = t };

@@ -35,6 +35,14 @@ LMH_STATIC_ASSERT(LMH_CHUNKS_PER_STEP == 1u || LMH_CHUNKS_PER_STEP == 2u, "chunk
 #ifndef LMH_PAD_REST
 #define LMH_PAD_REST 1u
 #endif
+// How a tile of resident rows short of a pass runs (lmh_matvec_resident): 1, as one full pass
+// of its rows and copies of its last row, whose logits go nowhere, so every tile's threadgroups
+// do the same work and keep side by side over the vocab rows; 0, as lmh_matvec_rows runs it.
+// Its own module: compiled in, it made the full passes of every resident type slower
+// (measured on an H100, bench/results/cuda-h200.md, call 47).
+#ifndef LMH_PAD_RESIDENT
+#define LMH_PAD_RESIDENT 0u
+#endif
 LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 1u || LMH_ROWS_PER_PASS == 2u || LMH_ROWS_PER_PASS == 4u || LMH_ROWS_PER_PASS == 8u, "rows per pass: 1, 2, 4 or 8");
 // Whether a simdgroup asks for all of its vocab rows' bytes before it reads any, through a
 // prelude's LMH_PREFETCH: a hint that changes no value (CUDA: a prefetch into L2), which puts
@@ -87,6 +95,7 @@ LMH_STATIC_ASSERT(LMH_STAGES == 0u, "a bulk ring or a ring of chunks, not both")
 #ifndef LMH_RESIDENT
 #define LMH_RESIDENT 0u
 #endif
+LMH_STATIC_ASSERT(LMH_PAD_RESIDENT == 0u || LMH_RESIDENT > 0u, "padded resident tiles need resident rows");
 #if LMH_RESIDENT > 0
 #ifndef LMH_THREADGROUP_AREA
 #error "LMH_RESIDENT needs the prelude's threadgroup area"
@@ -1126,14 +1135,15 @@ LMH_FN lmh_u32 lmh_reads_normed(lmh_u32 type, lmh_u32 rows_per_pass) {
 
 // One pass: vocab rows [first, +LMH_VOCAB_ROWS_PER_SIMDGROUP), whose bytes start at `rows`
 // (in the weights, or in a stage at the same offset from a 16-byte boundary), against
-// activation rows [row0, +rows_per_pass), of which the first `present` are there and written
-// (the others repeat the last of them, and their logits go nowhere). The chunks every lane fills
+// activation rows [row0, +rows_per_pass), of which the first `present` are there (the others
+// repeat the last of them) and the first `written` have their logits written (the others'
+// go nowhere). The chunks every lane fills
 // run without a bounds test, with 16-byte loads where rows allow them (activation rows of a
 // multiple of 4 values, and dense weight rows of a multiple of 16 bytes, start 16-byte
 // aligned: checked when recorded; quantized rows always hold a multiple of 32 values); a
 // last, partial chunk (hidden not a multiple of 256) runs with a bounds test, and a lane
 // whose values have ended stops there.
-LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 present, lmh_u32 lane) {
+LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 rows_per_pass, lmh_u32 present, lmh_u32 written, lmh_u32 lane) {
     lmh_vocab_rows vocab;
     lmh_tile acc;
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
@@ -1162,7 +1172,7 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LM
     for (lmh_u32 m = 0u; m < LMH_VOCAB_ROWS_PER_SIMDGROUP; m++) {
         for (lmh_u32 r = 0u; r < rows_per_pass; r++) {
             float logit = lmh_butterfly(acc.v[m][r]);
-            if (lane == 0u && first + m < p.vocab && r < present) out[(lmh_u64)(row0 + r) * p.vocab + first + m] = lmh_as_uint(logit);
+            if (lane == 0u && first + m < p.vocab && r < written) out[(lmh_u64)(row0 + r) * p.vocab + first + m] = lmh_as_uint(logit);
         }
     }
 }
@@ -1175,28 +1185,28 @@ LMH_FN void lmh_matvec_pass(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LM
 // sizes (without it) read the weights once each. Each row's logits are its own fmas in the
 // canonical order either way, so no bit changes.
 LMH_FN void lmh_matvec_rows(lmh_matvec_params p, lmh_u32 type, lmh_u32 input, LMH_GLOBAL const lmh_u32 *x, LMH_GLOBAL const lmh_u8 *rows, LMH_GLOBAL lmh_u32 *out, lmh_u64 first, lmh_u32 row0, lmh_u32 end, lmh_u32 lane) {
-    for (; end - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, LMH_ROWS_PER_PASS, lane);
+    for (; end - row0 >= LMH_ROWS_PER_PASS; row0 += LMH_ROWS_PER_PASS) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, LMH_ROWS_PER_PASS, LMH_ROWS_PER_PASS, lane);
     if (LMH_PAD_REST == 0u) {
         if (LMH_ROWS_PER_PASS > 4u && end - row0 >= 4u) {
-            lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, 4u, lane);
+            lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, 4u, 4u, lane);
             row0 += 4u;
         }
         if (LMH_ROWS_PER_PASS > 2u && end - row0 >= 2u) {
-            lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, 2u, lane);
+            lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, 2u, 2u, lane);
             row0 += 2u;
         }
-        if (LMH_ROWS_PER_PASS > 1u && end - row0 >= 1u) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, 1u, lane);
+        if (LMH_ROWS_PER_PASS > 1u && end - row0 >= 1u) lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, 1u, 1u, lane);
         return;
     }
     lmh_u32 rest = end - row0;
     if (LMH_ROWS_PER_PASS > 4u && rest > 4u) {
-        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, rest, lane);
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, LMH_ROWS_PER_PASS, rest, rest, lane);
     } else if (LMH_ROWS_PER_PASS > 2u && rest > 2u) {
-        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, rest, lane);
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 4u, rest, rest, lane);
     } else if (LMH_ROWS_PER_PASS > 2u && rest == 2u) {
-        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, 2u, lane);
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 2u, 2u, 2u, lane);
     } else if (LMH_ROWS_PER_PASS > 1u && rest == 1u) {
-        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, 1u, lane);
+        lmh_matvec_pass(p, type, input, x, rows, out, first, row0, 1u, 1u, 1u, lane);
     }
 }
 
@@ -1271,10 +1281,17 @@ LMH_FN lmh_u32 lmh_runs_resident(lmh_matvec_params p) {
 
 // Activation rows [row0, +rows) of x copied into `area` (row r at r·hidden·4, chunk by chunk in
 // lmh_area_values's layout), flushed as a pass reads them, by simdgroup `local` of the
-// threadgroup's `simdgroups`: rows local, local + simdgroups, ...
+// threadgroup's `simdgroups`: rows local, local + simdgroups, ...; with LMH_PAD_RESIDENT a whole
+// pass of them, the last row again where the tile has no more.
 LMH_FN void lmh_stage_rows(lmh_matvec_params p, LMH_GLOBAL const lmh_u32 *x, lmh_u32 row0, lmh_u32 rows, lmh_u8 *area, lmh_u32 local, lmh_u32 simdgroups, lmh_u32 lane) {
+#if LMH_PAD_RESIDENT
+    for (lmh_u32 r = local; r < LMH_ROWS_PER_PASS; r += simdgroups) {
+        lmh_u32 from = r < rows ? r : rows - 1u;
+#else
     for (lmh_u32 r = local; r < rows; r += simdgroups) {
-        LMH_GLOBAL const lmh_u32 *row = x + (lmh_u64)(row0 + r) * p.hidden;
+        lmh_u32 from = r;
+#endif
+        LMH_GLOBAL const lmh_u32 *row = x + (lmh_u64)(row0 + from) * p.hidden;
         lmh_u8 *to = area + (lmh_u64)r * (p.hidden << 2) + (lane << 4);
         for (lmh_u32 c = 0u; c < (p.hidden >> 8); c++) lmh_store_lane(to + (c << 10), lmh_load_activations(row, (c << 8) + (lane << 3), p.hidden, LMH_LOAD_WIDE));
     }
@@ -1308,7 +1325,11 @@ LMH_FN void lmh_matvec_resident(lmh_matvec_params p, lmh_u32 type, LMH_GLOBAL co
         LMH_THREADGROUP_SYNC();
         lmh_u64 stride = (lmh_u64)(sharers << LMH_THREADGROUP_SHIFT) * LMH_VOCAB_ROWS_PER_SIMDGROUP;
         for (lmh_u64 first = (lmh_u64)((place << LMH_THREADGROUP_SHIFT) + local) * LMH_VOCAB_ROWS_PER_SIMDGROUP; first < p.vocab; first += stride) {
+#if LMH_PAD_RESIDENT
+            lmh_matvec_pass(p, type, LMH_INPUT_RESIDENT, (LMH_GLOBAL const lmh_u32 *)area, w + first * p.row_bytes, out + (lmh_u64)row0 * p.vocab, first, 0u, LMH_ROWS_PER_PASS, LMH_ROWS_PER_PASS, rows, lane);
+#else
             lmh_matvec_rows(p, type, LMH_INPUT_RESIDENT, (LMH_GLOBAL const lmh_u32 *)area, w + first * p.row_bytes, out + (lmh_u64)row0 * p.vocab, first, 0u, rows, lane);
+#endif
         }
         LMH_THREADGROUP_SYNC();
     }

@@ -353,9 +353,9 @@ test "the emulated kernels equal the CPU backend for every head type, batch size
 }
 
 test "resident rows: the emulated kernels equal the CPU backend for every head type, batch size and slot order" {
-    // Rows of whole chunks (hidden 512 and 768), so that the resident build copies each tile of
-    // a pass's rows into its area at every N (fewer tiles than simdgroups, and more: a
-    // simdgroup then takes several).
+    // Rows of whole chunks (hidden 512 and 768), so that the resident builds copy each tile of
+    // a pass's rows into their area at every N (fewer tiles than simdgroups, and more: a
+    // simdgroup then takes several), the last tile short of a pass by 1 to 7 rows or full.
     const allocator = std.testing.allocator;
     var prng = std.Random.DefaultPrng.init(0x6465636f646564);
     const random = prng.random();
@@ -365,7 +365,7 @@ test "resident rows: the emulated kernels equal the CPU backend for every head t
             defer case.deinit(allocator);
             const reference = try runCpu(allocator, &case, case.pool);
             defer reference.deinit(allocator);
-            for ([_]u32{ 1, 3, 8, 9, 17, 33 }) |n| {
+            for ([_]u32{ 1, 3, 8, 9, 12, 15, 17, 33 }) |n| {
                 var order: [pool_rows]u32 = undefined;
                 random.shuffle(u32, identity(&order));
                 const x = try case.batch(allocator, order[0..n]);
@@ -373,6 +373,9 @@ test "resident rows: the emulated kernels equal the CPU backend for every head t
                 const resident = try runEmulator(emulator.resident, allocator, &case, x, .{ .threadgroups = 3, .threads = 32 });
                 defer resident.deinit(allocator);
                 try expectSameRows("resident emulator", &case, reference, resident, order[0..n]);
+                const padded = try runEmulator(emulator.resident_padded, allocator, &case, x, .{ .threadgroups = 3, .threads = 32 });
+                defer padded.deinit(allocator);
+                try expectSameRows("resident emulator, short tiles padded", &case, reference, padded, order[0..n]);
             }
         }
     }

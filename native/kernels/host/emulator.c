@@ -13,10 +13,11 @@
 // or all must return: anything else is divergence, which a GPU's shuffle does not allow, and
 // fails the dispatch.
 //
-// Built four times by build.zig: with the source's default tuning, and under other symbol
-// prefixes (LMH_EMULATOR) with another tuning, with a ring of stages (LMH_STAGES) and with
+// Built five times by build.zig: with the source's default tuning, and under other symbol
+// prefixes (LMH_EMULATOR) with another tuning, with a ring of stages (LMH_STAGES), with
 // resident rows and a ring (LMH_RESIDENT) and halving passes for the rest of a call's rows
-// (LMH_PAD_REST 0), to show that none changes a bit.
+// (LMH_PAD_REST 0), and with resident rows whose last tile runs as a full pass
+// (LMH_PAD_RESIDENT), to show that none changes a bit.
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
