@@ -20,7 +20,8 @@ const cuda_driver = @import("backends/cuda/driver.zig");
 const cuda_backend = @import("backends/cuda/backend.zig");
 const status = @import("core/status.zig");
 
-const check_rows = [_]u32{ 1, 2, 3, 5, 8, 9, 16, 17, 33, 64 };
+/// The issue's N, and 13, which the resident types run in the wide rest pass.
+const check_rows = [_]u32{ 1, 2, 3, 5, 8, 9, 13, 16, 17, 33, 64 };
 const bench_rows = [_]u32{ 1, 2, 4, 8, 16, 32, 64 };
 const max_bench_rows = 16;
 const pool_rows = 64;
@@ -453,7 +454,7 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
 /// pass's) and returns that path, which the compile-only run prints for scripts/cuda_sass.py
 /// (the modules of a pass size compile together, so the cache's order of files says nothing).
 fn writeCubin(path: *[1024:0]u8, dir: []const u8, rows: u32, shape: cuda_backend.Shape, types: u32, image: []const u8) []const u8 {
-    const name: [:0]const u8 = std.mem.printSentinel(path, "{s}/r{d}-v{d}-b{d}{s}-s{d}-k{d}-c{d}{s}{s}-t{x}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) "-p" else "", shape.stages, shape.bulk, shape.chunks_per_step, if (shape.resident) "-r" else "", if (shape.pad_rest) "" else "-h", types }, 0) catch "";
+    const name: [:0]const u8 = std.mem.printSentinel(path, "{s}/r{d}-v{d}-b{d}{s}-s{d}-k{d}-c{d}{s}{s}{s}-t{x}.cubin", .{ dir, rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) "-p" else "", shape.stages, shape.bulk, shape.chunks_per_step, if (shape.resident) "-r" else "", if (shape.pad_resident) "-rpad" else "", if (shape.pad_rest) "" else "-h", types }, 0) catch "";
     const file = if (name.len > 0) std.c.fopen(name, "wb") else null;
     const written = if (file) |f| std.c.fwrite(image.ptr, 1, image.len, f) else 0;
     const closed = if (file) |f| std.c.fclose(f) == 0 else false;
@@ -496,7 +497,7 @@ fn compileOnly() void {
             };
             var path: [1024:0]u8 = undefined;
             const written = if (std.c.getenv("LMHEAD_CUBIN_DIR")) |dir| writeCubin(&path, std.mem.span(dir), rows, shape, types, image) else "";
-            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM{s}, {d} stages, {d} bulk stages, {d} chunks per step{s}{s} ({s}): {d} bytes{s}{s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) ", prefetch" else "", shape.stages, shape.bulk, shape.chunks_per_step, if (shape.resident) ", resident rows" else "", if (shape.pad_rest) "" else ", halving passes for the rest", names[0..used], image.len, if (written.len > 0) ", written to " else "", written });
+            std.debug.print("NVRTC ({s}) compiled the kernels for sm_90, {d} rows per pass, {d} vocab rows per warp, {d} blocks per SM{s}, {d} stages, {d} bulk stages, {d} chunks per step{s}{s}{s} ({s}): {d} bytes{s}{s}\n", .{ std.mem.sliceTo(&nvrtc.path, 0), rows, shape.vocab_rows, shape.min_blocks, if (shape.prefetch) ", prefetch" else "", shape.stages, shape.bulk, shape.chunks_per_step, if (shape.resident) ", resident rows" else "", if (shape.pad_resident) ", a short tile as a full pass" else "", if (shape.pad_rest) "" else ", halving passes for the rest", names[0..used], image.len, if (written.len > 0) ", written to " else "", written });
         }
         std.debug.print("{d} rows per pass: {d} modules in {d:.1} s, compiled together (or from the cache)\n", .{ rows, shapes.len, elapsed });
     }

@@ -27,11 +27,14 @@ const threads_per_block = 32 * warps_per_block;
 /// (decoded rows then, bench/results/cuda-h200.md). After it come the rest passes, one for
 /// the 4-row and one for the 8-row pass (`rest_pass_of`): a call whose rows fill no pass of
 /// that size (N = 3, or 5 to 7) runs there if its type keeps halving passes in the plain one,
-/// padded, as it then has no full pass that padding could slow.
-pub const pass_sizes = [_]u32{ 1, 2, 4, 8, 8, 4, 8 };
+/// padded, as it then has no full pass that padding could slow. Last, the wide pass's rest
+/// pass: the wide pass's types and shapes, but a tile of resident rows short of a pass runs as
+/// one full pass (`pad_resident`), for the N `padsResidentTile` names.
+pub const pass_sizes = [_]u32{ 1, 2, 4, 8, 8, 4, 8, 8 };
 const wide_pass = 4;
 /// The rest pass of each plain pass, if it has one.
 const rest_pass_of = [wide_pass]?usize{ null, null, 5, 6 };
+const wide_rest_pass = 7;
 /// A matvec kernel's shape, the tuning macros of its module (kernels.h, entries.cu): vocab
 /// rows one warp computes (they share each activation load, and more of them keep more weight
 /// bytes in flight), blocks an SM must hold at once (NVRTC caps the registers to fit them;
@@ -42,8 +45,9 @@ const rest_pass_of = [wide_pass]?usize{ null, null, 5, 6 };
 /// flight while it computes the first), whether a block copies a pass of activation rows once
 /// into shared memory for its warps' vocab rows (kernels.h LMH_RESIDENT: 8 rows per pass, no
 /// bulk ring; a ring of chunks takes its stages from the same shared memory, stageRingBytes),
-/// and whether a call's rows past its last full pass run as one padded pass or as passes of
-/// halving sizes (kernels.h LMH_PAD_REST).
+/// whether a call's rows past its last full pass run as one padded pass or as passes of
+/// halving sizes (kernels.h LMH_PAD_REST), and whether a tile of resident rows short of a pass
+/// runs as one full pass (kernels.h LMH_PAD_RESIDENT; resident shapes only).
 pub const Shape = struct {
     vocab_rows: u32,
     min_blocks: u32 = 0,
@@ -53,6 +57,7 @@ pub const Shape = struct {
     chunks_per_step: u32 = 1,
     resident: bool = false,
     pad_rest: bool = true,
+    pad_resident: bool = false,
 };
 
 /// A pass size's tuning. The best shape differs by type, so each shape gets a module of its
@@ -67,6 +72,8 @@ pub const Tuning = struct {
     shape_of: []const TypeShape = &.{},
     /// The head types whose modules the pass has (null: every one).
     types: ?[]const formats.Type = null,
+    /// Whether the pass's resident shapes pad a tile short of a pass (the wide rest pass).
+    pad_resident: bool = false,
     /// A tuning run's overrides of every type's shape (tuningsFromEnv).
     forced: struct { vocab_rows: ?u32 = null, min_blocks: ?u32 = null, prefetch: ?bool = null, stages: ?u32 = null, bulk: ?u32 = null, chunks_per_step: ?u32 = null, resident: ?bool = null, pad_rest: ?bool = null } = .{},
 
@@ -75,6 +82,7 @@ pub const Tuning = struct {
         for (tuning.shape_of) |o| if (@backingInt(o[0]) == type_id) {
             shape = o[1];
         };
+        const resident = tuning.forced.resident orelse shape.resident;
         return .{
             .vocab_rows = tuning.forced.vocab_rows orelse shape.vocab_rows,
             .min_blocks = tuning.forced.min_blocks orelse shape.min_blocks,
@@ -82,8 +90,9 @@ pub const Tuning = struct {
             .stages = tuning.forced.stages orelse shape.stages,
             .bulk = tuning.forced.bulk orelse shape.bulk,
             .chunks_per_step = tuning.forced.chunks_per_step orelse shape.chunks_per_step,
-            .resident = tuning.forced.resident orelse shape.resident,
+            .resident = resident,
             .pad_rest = tuning.forced.pad_rest orelse shape.pad_rest,
+            .pad_resident = tuning.pad_resident and resident,
         };
     }
 
@@ -122,7 +131,7 @@ fn validShape(shape: Shape) bool {
     const stages_valid = shape.stages == 0 or (shape.stages >= 2 and shape.stages <= 4 and stageRingBytes(shape) <= max_ring_bytes_per_block);
     const bulk_valid = shape.bulk == 0 or (shape.bulk >= 2 and shape.bulk <= 4 and shape.stages == 0);
     const chunks_valid = shape.chunks_per_step == 1 or shape.chunks_per_step == 2;
-    const area_valid = !shape.resident or shape.bulk == 0;
+    const area_valid = (!shape.resident or shape.bulk == 0) and (!shape.pad_resident or shape.resident);
     return shape.vocab_rows >= 1 and shape.vocab_rows <= max_vocab_rows and shape.min_blocks <= max_min_blocks and stages_valid and bulk_valid and chunks_valid and area_valid;
 }
 
@@ -142,6 +151,7 @@ comptime {
     // rows (its reason).
     for (tunings[0..wide_pass]) |t| std.debug.assert(t.types == null);
     for (tunings[wide_pass].types.?) |t| std.debug.assert(tunings[wide_pass].shapeOf(@backingInt(t)).resident);
+    for (tunings, 0..) |t, i| std.debug.assert(t.pad_resident == (i == wide_rest_pass));
     for (rest_pass_of, 0..) |rest, plain| if (rest) |r| std.debug.assert(pass_sizes[r] == pass_sizes[plain] and tunings[r].types != null);
 }
 
@@ -222,6 +232,8 @@ pub const tunings = blk: {
     for (rest_pass_of, 0..) |rest, plain| if (rest) |r| {
         all[r] = restPass(plain_tunings[plain]);
     };
+    all[wide_rest_pass] = plain_tunings[wide_pass];
+    all[wide_rest_pass].pad_resident = true;
     break :blk all;
 };
 
@@ -328,7 +340,9 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
     const stage_ring = (stages orelse 0) > 0;
     if (bulk_ring and stage_ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_BULK and LMHEAD_CUDA_STAGES: a bulk ring or a ring of chunks, not both", .{});
     if (resident != null and bulk_ring) return fail(error.InvalidArgument, "LMHEAD_CUDA_RESIDENT and LMHEAD_CUDA_BULK: resident rows or a bulk ring, not both", .{});
-    if (resident != null) result[wide_pass] = .{ .shape = tunings[wide_pass - 1].shape, .shape_of = tunings[wide_pass - 1].shape_of };
+    if (resident != null) for ([_]usize{ wide_pass, wide_rest_pass }) |i| {
+        result[i] = .{ .shape = tunings[wide_pass - 1].shape, .shape_of = tunings[wide_pass - 1].shape_of, .pad_resident = tunings[i].pad_resident };
+    };
     for (&result, 0..) |*t, i| {
         t.forced = .{ .vocab_rows = vocab_rows, .min_blocks = min_blocks, .prefetch = if (prefetch) |n| n == 1 else null, .stages = stages, .bulk = bulk, .chunks_per_step = chunks_per_step, .pad_rest = if (pad_rest) |n| n == 1 else null };
         // A forced ring of either kind replaces the other; a forced bulk ring replaces resident
@@ -336,7 +350,7 @@ pub fn tuningsFromEnv() Error![pass_sizes.len]Tuning {
         if (bulk_ring and stages == null) t.forced.stages = 0;
         if (stage_ring and bulk == null) t.forced.bulk = 0;
         if (bulk_ring) t.forced.resident = false;
-        if (resident != null and i == wide_pass) {
+        if (resident != null and (i == wide_pass or i == wide_rest_pass)) {
             t.forced.vocab_rows = resident;
             t.forced.prefetch = false;
             t.forced.stages = stages orelse 0;
@@ -372,17 +386,33 @@ fn hasNormedEntry(pass: usize) bool {
 }
 
 /// The pass whose module runs matvec `p`: the wide pass where it holds the type and would run
-/// it from resident rows (of at most `max_shared_bytes`), else the smallest pass
-/// size that holds its rows (the largest past it), or that size's rest pass where the rows
-/// fill no pass of it and the rest pass holds the type.
+/// it from resident rows (of at most `max_shared_bytes`), or its rest pass for the N
+/// padsResidentTile names; else the smallest pass size that holds its rows (the largest past
+/// it), or that size's rest pass where the rows fill no pass of it and the rest pass holds the
+/// type.
 fn passIndex(passes: *const [pass_sizes.len]Tuning, p: params.Matvec, max_shared_bytes: u32) usize {
     const wide = passes[wide_pass];
-    if (wide.holds(p.type_id) and areaBytes(wide.shapeOf(p.type_id), p, max_shared_bytes) != 0) return wide_pass;
+    if (wide.holds(p.type_id) and areaBytes(wide.shapeOf(p.type_id), p, max_shared_bytes) != 0) {
+        return if (padsResidentTile(p.rows) and passes[wide_rest_pass].holds(p.type_id)) wide_rest_pass else wide_pass;
+    }
     for (pass_sizes[0..wide_pass], 0..) |size, i| if (p.rows <= size) {
         if (rest_pass_of[i]) |rest| if (p.rows < size and passes[rest].holds(p.type_id)) return rest;
         return i;
     };
     return wide_pass - 1;
+}
+
+/// Whether a call of `rows` resident rows runs its last tile, short of a pass, as one full
+/// pass (the wide rest pass): N = 12 to 15. Measured on an H100 (calls 46-47,
+/// bench/results/cuda-h200.md), with every tile padded against the wide pass's halving or
+/// padded rest: N = 12 4-11% less a call for all four resident types, N = 15 18-68% less (F32
+/// 3.85 → 1.23 ms), N = 9 and 10 from 8% less to 6% more, N = 17 and 33 from 13% less to 12%
+/// more; but each full tile 7-15% more (N = 16 to 64), compiled as a full pass of 8 rows
+/// that writes fewer. N = 13 and 14 lie between 12 and 15 (the padded call costs the same,
+/// the other more passes or a padded one), unmeasured; N ≥ 20 with a tile 4-7 rows short was
+/// not measured and keeps the wide pass.
+fn padsResidentTile(rows: u32) bool {
+    return rows >= 12 and rows <= 15;
 }
 
 /// The compiled module of pass size `pass` for the types of `shape` (from the cache, or
@@ -403,6 +433,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_RESIDENT", @intFromBool(shape.resident) },
         .{ "LMH_THREADGROUP_SHIFT", std.math.log2_int(u32, warps_per_block) },
         .{ "LMH_PAD_REST", @intFromBool(shape.pad_rest) },
+        .{ "LMH_PAD_RESIDENT", @intFromBool(shape.pad_resident) },
     };
     comptime std.debug.assert(defines.len <= module.max_defines);
     return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &defines });
@@ -1039,6 +1070,8 @@ test "a type takes its own shape where the tuning names it, else the pass size's
         for (tuning.shape_of) |o| if (o[0] == f.type) {
             want = o[1];
         };
+        // The wide rest pass pads the resident tiles of every shape it holds.
+        want.pad_resident = tuning.pad_resident and want.resident;
         try std.testing.expectEqual(want, tuning.shapeOf(@backingInt(f.type)));
     };
     for (formats.all) |f| {
@@ -1082,7 +1115,7 @@ test "LMHEAD_CUDA_STAGES sets every type's ring; 1 stage, or rings over 48 KiB a
     _ = try tuningsFromEnv();
 }
 
-test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape from resident rows with the vocab rows it names, with LMHEAD_CUDA_STAGES's ring; with a bulk ring it is an error" {
+test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass and its rest pass, in its 8-row shape from resident rows with the vocab rows it names, with LMHEAD_CUDA_STAGES's ring; with a bulk ring it is an error" {
     defer _ = unsetenv("LMHEAD_CUDA_RESIDENT");
     defer _ = unsetenv("LMHEAD_CUDA_STAGES");
     defer _ = unsetenv("LMHEAD_CUDA_BULK");
@@ -1091,12 +1124,13 @@ test "LMHEAD_CUDA_RESIDENT puts every type in the wide pass, in its 8-row shape 
     for (forced, tunings, 0..) |tuning, unforced, i| for (formats.all) |f| {
         const id = @backingInt(f.type);
         const shape = tuning.shapeOf(id);
-        if (i != wide_pass) {
+        if (i != wide_pass and i != wide_rest_pass) {
             try std.testing.expect(std.meta.eql(unforced.shapeOf(id), shape));
             continue;
         }
         const own = tunings[wide_pass - 1].shapeOf(id);
         try std.testing.expect(tuning.holds(id) and shape.resident and !shape.prefetch);
+        try std.testing.expectEqual(i == wide_rest_pass, shape.pad_resident);
         try std.testing.expectEqual(@as(u32, 0), shape.stages + shape.bulk);
         try std.testing.expectEqual(@as(u32, 5), shape.vocab_rows);
         try std.testing.expectEqual(own.chunks_per_step, shape.chunks_per_step);
@@ -1241,21 +1275,30 @@ test "a pass size's shapes are its modules: each once, together holding every he
     }
 }
 
-test "N rows run in the smallest pass that holds them, or in the wide pass where it holds the type and would run it from resident rows" {
+test "N rows run in the smallest pass that holds them, or in the wide pass (or its rest pass) where it holds the type and would run it from resident rows" {
     const max_shared_bytes = 227 << 10; // an H200
     var half: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.q6_k), .row_bytes = 210 * 11, .chunks = 11 };
     var single: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.f32), .row_bytes = 4 * 2816, .chunks = 11 };
     var resident: params.Matvec = .{ .rows = 1, .hidden = 2816, .vocab = 262144, .type_id = @backingInt(formats.Type.f16), .row_bytes = 2 * 2816, .chunks = 11 };
     try std.testing.expect(!tunings[wide_pass].holds(half.type_id) and tunings[wide_pass].holds(single.type_id));
     try std.testing.expect(tunings[wide_pass].shapeOf(single.type_id).resident and tunings[wide_pass].shapeOf(resident.type_id).resident);
-    for ([_]u32{ 1, 2, 3, 4, 5, 7, 8, 9, 31, 32, 33, 64, 4096 }) |rows| {
+    try std.testing.expect(std.meta.eql(tunings[wide_pass].types, tunings[wide_rest_pass].types));
+    for ([_]u32{ 1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 31, 32, 33, 64, 4096 }) |rows| {
         half.rows = rows;
         single.rows = rows;
         resident.rows = rows;
         const smallest: usize = if (rows <= 1) 0 else if (rows <= 2) 1 else if (rows <= 4) 2 else 3;
         try std.testing.expectEqual(smallest, passIndex(&tunings, half, max_shared_bytes));
-        for ([_]params.Matvec{ single, resident }) |p| try std.testing.expectEqual(if (rows >= 8) wide_pass else smallest, passIndex(&tunings, p, max_shared_bytes));
+        const wide: usize = if (padsResidentTile(rows)) wide_rest_pass else wide_pass;
+        for ([_]params.Matvec{ single, resident }) |p| {
+            try std.testing.expectEqual(if (rows >= 8) wide else smallest, passIndex(&tunings, p, max_shared_bytes));
+            try std.testing.expectEqual(rows >= 8 and wide == wide_rest_pass, tunings[passIndex(&tunings, p, max_shared_bytes)].shapeOf(p.type_id).pad_resident);
+        }
     }
+    // The second tile of N = 12 to 15 is padded; a full one, one of 1 to 3 rows, or one past
+    // the second tile is not.
+    try std.testing.expect(padsResidentTile(12) and padsResidentTile(15));
+    try std.testing.expect(!padsResidentTile(8) and !padsResidentTile(11) and !padsResidentTile(16) and !padsResidentTile(31) and !padsResidentTile(64));
     // Not where its rows would not be resident: a partial chunk, or rows past a block's memory.
     for ([_]*params.Matvec{ &single, &resident }) |p| {
         p.hidden = 2817;
