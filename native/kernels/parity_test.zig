@@ -355,7 +355,7 @@ test "the emulated kernels equal the CPU backend for every head type, batch size
 test "resident rows: the emulated kernels equal the CPU backend for every head type, batch size and slot order" {
     // Rows of whole chunks (hidden 512 and 768), so that the resident builds copy each tile of
     // a pass's rows into their area at every N (fewer tiles than simdgroups, and more: a
-    // simdgroup then takes several), the last tile short of a pass by 1 to 7 rows or full.
+    // simdgroup then takes several), the last tile full or 1, 4, 5 or 7 rows short of a pass.
     const allocator = std.testing.allocator;
     var prng = std.Random.DefaultPrng.init(0x6465636f646564);
     const random = prng.random();

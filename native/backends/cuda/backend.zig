@@ -403,7 +403,7 @@ fn passIndex(passes: *const [pass_sizes.len]Tuning, p: params.Matvec, max_shared
 }
 
 /// Whether a call of `rows` resident rows runs its last tile, short of a pass, as one full
-/// pass (the wide rest pass): N = 12 to 15. Measured on an H100 (calls 46-47,
+/// pass (the wide rest pass): N = 12 to 15. Measured on an H100 (call 47,
 /// bench/results/cuda-h200.md), with every tile padded against the wide pass's halving or
 /// padded rest: N = 12 4-11% less a call for all four resident types, N = 15 18-68% less (F32
 /// 3.85 → 1.23 ms), N = 9 and 10 from 8% less to 6% more, N = 17 and 33 from 13% less to 12%
