@@ -230,7 +230,9 @@ const vocab_rows_per_task = 64;
 /// prefetchers alone left a 2-core Zen at half the read bandwidth; a steady software
 /// stream a few pages ahead (measured: 4–16 KiB all work) reaches it. On a 2-core Zen 4
 /// (vocab 32768, 3 interleaved rounds, F32, F16, BF16, Q8_0 and Q6_K at N = 1, 2 and 8) 16
-/// and 32 KiB took from 7% less to 20% more a call than 8, more in 12 and 13 of 15 cells.
+/// and 32 KiB took from 7% less to 20% more a call than 8, more in 12 and 13 of 15 cells; 4
+/// KiB read F32 10-12% less at N = 1 and 2 in one run (3 rounds), then 6-8% more, and F16 and
+/// BF16 38-52% more at N = 3, in the next (4 rounds, 9 types at N = 1 to 3).
 /// Every line is asked for: on that Zen 4 one line in 2 or 4 took up to 55% more a call at
 /// N = 8 (every type measured: F32, F16, BF16, Q8_0, Q6_K, Q4_K); none in the small
 /// batches' loop took F32 and Q8_0 12–15% less at N = 1 (3 interleaved rounds; 8% and 4% in
