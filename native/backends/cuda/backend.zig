@@ -403,16 +403,19 @@ fn passIndex(passes: *const [pass_sizes.len]Tuning, p: params.Matvec, max_shared
 }
 
 /// Whether a call of `rows` resident rows runs its last tile, short of a pass, as one full
-/// pass (the wide rest pass): N = 12 to 15. Measured on an H100 (call 47,
-/// bench/results/cuda-h200.md), with every tile padded against the wide pass's halving or
-/// padded rest: N = 12 4-11% less a call for all four resident types, N = 15 18-68% less (F32
-/// 3.85 → 1.23 ms), N = 9 and 10 from 8% less to 6% more, N = 17 and 33 from 13% less to 12%
-/// more; but each full tile 7-15% more (N = 16 to 64), compiled as a full pass of 8 rows
-/// that writes fewer. N = 13 and 14 lie between 12 and 15 (the padded call costs the same,
-/// the other more passes or a padded one), unmeasured; N ≥ 20 with a tile 4-7 rows short was
-/// not measured and keeps the wide pass.
+/// pass (the wide rest pass, every tile of the call in its module): where that tile is 7 rows
+/// (else 3 passes of 4, 2 and 1, each reading the weights), or 4 to 7 rows of a call under 24,
+/// up to 64 rows. The wide rest pass runs each full tile 7-15% slower (a full pass of 8 rows
+/// that writes fewer), so padding pays where the short tile's passes cost more than that. On an
+/// H200 (call 49, bench/results/cuda-h200.md) against the wide pass, for all four resident
+/// types: N = 15, 23, 31, 39, 47, 55 and 63 5-62% less a call; N = 12 to 14 and 21 to 22 2-48%
+/// less, N = 20 level to 10% less; but N = 28 to 30 and 36, 44, 52 and 60 from 31% less to 13%
+/// more (F16 and BF16 slower). On an H100 (call 47) N = 12 and 15 took 4-68% less, N = 9 and
+/// 10 went either way. Past 64 rows unmeasured: each full tile's cost grows the padded call.
 fn padsResidentTile(rows: u32) bool {
-    return rows >= 12 and rows <= 15;
+    if (rows < 8 or rows > 64) return false;
+    const short_rows = rows % 8;
+    return short_rows == 7 or (short_rows >= 4 and rows < 24);
 }
 
 /// The compiled module of pass size `pass` for the types of `shape` (from the cache, or
@@ -1283,7 +1286,7 @@ test "N rows run in the smallest pass that holds them, or in the wide pass (or i
     try std.testing.expect(!tunings[wide_pass].holds(half.type_id) and tunings[wide_pass].holds(single.type_id));
     try std.testing.expect(tunings[wide_pass].shapeOf(single.type_id).resident and tunings[wide_pass].shapeOf(resident.type_id).resident);
     try std.testing.expect(std.meta.eql(tunings[wide_pass].types, tunings[wide_rest_pass].types));
-    for ([_]u32{ 1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 31, 32, 33, 64, 4096 }) |rows| {
+    for ([_]u32{ 1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 20, 28, 31, 32, 33, 64, 4096 }) |rows| {
         half.rows = rows;
         single.rows = rows;
         resident.rows = rows;
@@ -1295,10 +1298,10 @@ test "N rows run in the smallest pass that holds them, or in the wide pass (or i
             try std.testing.expectEqual(rows >= 8 and wide == wide_rest_pass, tunings[passIndex(&tunings, p, max_shared_bytes)].shapeOf(p.type_id).pad_resident);
         }
     }
-    // The second tile of N = 12 to 15 is padded; a full one, one of 1 to 3 rows, or one past
-    // the second tile is not.
-    try std.testing.expect(padsResidentTile(12) and padsResidentTile(15));
-    try std.testing.expect(!padsResidentTile(8) and !padsResidentTile(11) and !padsResidentTile(16) and !padsResidentTile(31) and !padsResidentTile(64));
+    // A last tile of 7 rows is padded up to 64 rows, one of 4 to 7 rows under 24; a full one,
+    // one of 1 to 3 rows, one of 4 to 6 rows from 24, or any past 64 rows is not.
+    for ([_]u32{ 12, 13, 15, 20, 22, 23, 31, 39, 63 }) |rows| try std.testing.expect(padsResidentTile(rows));
+    for ([_]u32{ 7, 8, 11, 16, 17, 24, 28, 30, 32, 36, 60, 64, 71, 4095 }) |rows| try std.testing.expect(!padsResidentTile(rows));
     // Not where its rows would not be resident: a partial chunk, or rows past a block's memory.
     for ([_]*params.Matvec{ &single, &resident }) |p| {
         p.hidden = 2817;
