@@ -1,10 +1,12 @@
 //! The CPU's lane-major chunk decoder: the matvec's hot path. It decodes 256 values of a
 //! weight row straight into the lane-major order of numerics/lanes.zig, with the same
 //! arithmetic per value as the reference decoders of numerics/formats.zig (tested equal
-//! bit for bit below), reading every field at the offsets of formats.zig's block layouts.
+//! bit for bit below), reading every field at the offsets of formats.zig's block layouts, and
+//! gives F32 and BF16 weights past their flush point (numerics/flush.zig).
 const std = @import("std");
 const builtin = @import("builtin");
 const formats = @import("../../numerics/formats.zig");
+const flush = @import("../../numerics/flush.zig");
 const lanes = @import("../../numerics/lanes.zig");
 const Type = formats.Type;
 const of = formats.of;
@@ -516,7 +518,10 @@ inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, sink: anytype) void {
 }
 
 /// Dense chunk (F32/F16/BF16): transpose the 16/32-bit patterns per 64-element group, then convert
-/// 16 at a time (two steps of the group's 8 lanes).
+/// 16 at a time (two steps of the group's 8 lanes). F32 and BF16 weights leave past their flush
+/// point (NUMERICS.md §7), BF16's flushed as 16-bit patterns before they are moved: in the tiles
+/// (N ≥ 8) a separate pass over each decoded chunk had flushed them, with a load and a store a
+/// vector.
 inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink: anytype) void {
     const E = if (t == .f32) u32 else u16;
     if (builtin.cpu.arch == .x86_64 and !has_avx512 and E == u16) return decodeHalvesByUnpacks(t, src, sink);
@@ -526,7 +531,7 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink
         var tr: [together]@Vector(64, E) = undefined;
         inline for (0..together) |h| {
             const k = together * g + h;
-            tr[h] = @shuffle(E, load(E, 64, src[64 * @sizeOf(E) * k ..]), undefined, transpose8x8);
+            tr[h] = @shuffle(E, bf16PastFlushPoint(t, 64, load(E, 64, src[64 * @sizeOf(E) * k ..])), undefined, transpose8x8);
         }
         inline for (0..4) |p| {
             comptime var m: [16]i32 = undefined;
@@ -535,7 +540,7 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink
             inline for (0..together) |h| {
                 const x: @Vector(16, E) = @shuffle(E, tr[h], undefined, m);
                 v[h] = switch (t) {
-                    .f32 => @bitCast(x),
+                    .f32 => flush.flush(@Vector(16, f32), @bitCast(x), flush.dot_operand_min),
                     .f16 => f16Vec(16, x),
                     .bf16 => @bitCast(@as(@Vector(16, u32), x) << @splat(16)),
                     else => unreachable,
@@ -559,7 +564,7 @@ inline fn decodeDenseChunk(comptime t: Type, src: *const [chunkBytes(t)]u8, sink
 inline fn decodeBf16ByPermutes(src: *const [chunkBytes(.bf16)]u8, sink: anytype) void {
     const W = @Vector(64, u16);
     inline for (0..4) |k| {
-        const x = load(u16, 64, src[128 * k ..]);
+        const x = flush.flushBf16(64, load(u16, 64, src[128 * k ..]), flush.dot_operand_min);
         inline for (0..4) |p| {
             comptime var m: [32]i32 = undefined;
             inline for (0..16) |j| {
@@ -594,7 +599,7 @@ inline fn decodeHalvesByUnpacks(comptime t: Type, src: *const [chunkBytes(t)]u8,
                 .{ 64 * (k + r / 4) + 8 * (r % 4), 64 * (k + r / 4) + 8 * (r % 4 + 4) }
             else
                 .{ 64 * k + 8 * r, 64 * (k + 1) + 8 * r };
-            rows[r] = concat(u16, 8, load(u16, 8, src[2 * lo ..]), load(u16, 8, src[2 * hi ..]));
+            rows[r] = bf16PastFlushPoint(t, 16, concat(u16, 8, load(u16, 8, src[2 * lo ..]), load(u16, 8, src[2 * hi ..])));
         }
         var t1: [8]H = undefined;
         inline for (0..4) |j| {
@@ -623,6 +628,11 @@ inline fn decodeHalvesByUnpacks(comptime t: Type, src: *const [chunkBytes(t)]u8,
     }
 }
 
+/// BF16 patterns past the flush point of their values; other types' as they are.
+inline fn bf16PastFlushPoint(comptime t: Type, comptime n: usize, h: anytype) @TypeOf(h) {
+    return if (t == .bf16) flush.flushBf16(n, h, flush.dot_operand_min) else h;
+}
+
 /// In each 128-bit half of a and b: their low (or high) units of `unit` u16s interleaved, a's
 /// first (x86's punpckl/punpckh of words, dwords and qwords).
 inline fn unpackHalves(a: @Vector(16, u16), b: @Vector(16, u16), comptime unit: usize, comptime high: bool) @Vector(16, u16) {
@@ -649,7 +659,7 @@ pub const ChunkArray = struct {
 /// Decodes elements [256*chunk, 256*chunk+256) of one weight row (row = the row's bytes; row_values =
 /// values in the row) into out in lane-major order: out[32*i + l] = element (256*chunk + 8*l + i), for lane l in
 /// 0..32, step i in 0..8. Elements at or past row_values are +0.0. Equals decodeBlock bit for bit,
-/// a NaN's payload aside.
+/// a NaN's payload aside, F32 and BF16 values past their flush point (flush.dot_operand_min).
 /// Requires row.len == rowBytes(t, row_values) and 256*chunk < row_values.
 pub inline fn chunkLanes(comptime t: Type, row: []const u8, chunk: usize, row_values: usize, out: *[256]f32) void {
     chunkInto(t, row, chunk, row_values, ChunkArray{ .out = out });
@@ -696,6 +706,7 @@ fn decodeChunkLanesRef(comptime t: Type, row: []const u8, chunk: usize, row_valu
     for (0..nblocks) |b| {
         formats.decodeBlock(t, row[(first + b) * f.block_bytes ..][0..f.block_bytes], nat[b * f.block_values ..][0..f.block_values]);
     }
+    if (t == .f32 or t == .bf16) flush.flushSlice(&nat, flush.dot_operand_min);
     for (0..32) |l| for (0..8) |i| {
         out[32 * i + l] = nat[8 * l + i];
     };

@@ -420,22 +420,6 @@ fn MatvecKernel(comptime t: formats.Type) type {
             prefetchBytes(row.ptr + chunk * chunk_bytes + distance, chunk_bytes, cache);
         }
 
-        /// A chunk of weights in lane-major order, F32 and BF16 ones past their flush point.
-        inline fn decodeChunk(row: []const u8, chunk: usize, values: usize, out: *[lanes.chunk_values]f32) void {
-            decode.chunkLanes(t, row, chunk, values, out);
-            if (t == .f32 or t == .bf16) {
-                inline for (0..lanes.values_per_lane) |i| {
-                    const w: Lanes = out[i * lanes.lane_count ..][0..lanes.lane_count].*;
-                    out[i * lanes.lane_count ..][0..lanes.lane_count].* = pastFlushPoint(Lanes, w);
-                }
-            }
-        }
-
-        /// Decoded weights past their flush point: F32 and BF16 weights can be tiny.
-        inline fn pastFlushPoint(comptime V: type, w: V) V {
-            return if (t == .f32 or t == .bf16) flush.flush(V, w, flush.dot_operand_min) else w;
-        }
-
         /// Vocab rows j + v·stride (v < pair) against all `group` batch rows, each chunk used
         /// as it is decoded. Two rows at a time give the fmas of each lane, a chain in the
         /// contract's order, a second chain to overlap with.
@@ -456,7 +440,7 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 inline for (0..pair) |v| {
                     const row = job.weightRow(j + v * stride);
                     prefetchAhead(row, c, prefetch_bytes, .l2);
-                    decodeChunk(row, c, job.p.hidden, &w[v]);
+                    decode.chunkLanes(t, row, c, job.p.hidden, &w[v]);
                 }
                 inline for (0..lanes.values_per_lane) |i| {
                     inline for (0..group) |g| {
@@ -486,11 +470,10 @@ fn MatvecKernel(comptime t: formats.Type) type {
 
                 pub inline fn put(sink: @This(), comptime offset: usize, comptime n: usize, v: @Vector(n, f32)) void {
                     const V = @Vector(n, f32);
-                    const w = pastFlushPoint(V, v);
                     inline for (0..group) |g| {
                         const y: V = sink.inputs[g * sink.row_values + offset ..][0..n].*;
                         var a: [lanes.lane_count]f32 = sink.acc[g];
-                        a[offset % lanes.lane_count ..][0..n].* = @mulAdd(V, w, y, a[offset % lanes.lane_count ..][0..n].*);
+                        a[offset % lanes.lane_count ..][0..n].* = @mulAdd(V, v, y, a[offset % lanes.lane_count ..][0..n].*);
                         sink.acc[g] = a;
                     }
                 }
@@ -508,7 +491,7 @@ fn MatvecKernel(comptime t: formats.Type) type {
                     for (0..block_chunks) |k| {
                         // The same chunk of the next tile, so the stream stays a tile ahead.
                         prefetchAhead(row, chunk + k, tile_rows * job.p.row_bytes, .l2);
-                        decodeChunk(row, chunk + k, job.p.hidden, decoded[tr * tile_block_values + k * lanes.chunk_values ..][0..lanes.chunk_values]);
+                        decode.chunkLanes(t, row, chunk + k, job.p.hidden, decoded[tr * tile_block_values + k * lanes.chunk_values ..][0..lanes.chunk_values]);
                     }
                 }
                 const begin = chunk * lanes.chunk_values;
