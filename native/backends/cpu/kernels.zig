@@ -236,8 +236,10 @@ const vocab_rows_per_task = 64;
 /// Every line is asked for: on that Zen 4 one line in 2 or 4 took up to 55% more a call at
 /// N = 8 (every type measured: F32, F16, BF16, Q8_0, Q6_K, Q4_K); none in the small
 /// batches' loop took F32 and Q8_0 12–15% less at N = 1 (3 interleaved rounds; 8% and 4% in
-/// 8 more), but BF16 26% more there and F16, BF16 and Q8_0 26–55% more at N = 2. Not taken
-/// for F32 and Q8_0 at N = 1 alone: this level runs on Intel CPUs too, unmeasured.
+/// 8 more), but BF16 26% more there and F16, BF16 and Q8_0 26–55% more at N = 2. Nor for F32
+/// and Q8_0 at N = 1 alone (7% and 9% less there in 4 rounds, 2026-12-05): on a 16-core Intel
+/// Xeon with AVX-512 (a GPU machine's host, 3 interleaved rounds) it took F32 12–24% more a
+/// call at N = 1 and Q8_0 7–21% more (vocab 32768 and 262144).
 const prefetch_bytes = 8192;
 /// Whether a small batch's decoder, feeding the fmas, also asks for the next chunk's bytes
 /// in L1 (the stream above brings them to L2). In a time profile of Q6_K at N = 1 (perf's
