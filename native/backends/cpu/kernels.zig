@@ -248,7 +248,9 @@ const prefetch_bytes = 8192;
 /// call at N = 2 (four runs; Q8_0, unchanged, moved up to 9% in the same runs), 0-8% at N =
 /// 1 (four runs), 0-9% at N = 3 (two); Q8_0, Q3_K, Q5_K and Q4_K within 4% either way at N
 /// = 1, Q4_0 2-4% more, Q2_K 5-27% more at N = 2. At N = 4, where the chunk is stored, it
-/// made Q6_K 12% slower (asked for every type, 17%; 8 interleaved rounds).
+/// made Q6_K 12% slower (asked for every type, 17%; 8 interleaved rounds). The dense types,
+/// whose small batches store the chunk, asking for it there: F32 22% more a call at N = 1 and
+/// 2, F16 and BF16 level (vocab 32768, 4 interleaved rounds, 2026-12-05).
 fn nextChunkIntoL1(comptime t: formats.Type) bool {
     return t == .q6_k;
 }
@@ -351,7 +353,8 @@ fn MatvecKernel(comptime t: formats.Type) type {
         /// (F16 and BF16 always come two groups at a time there: decodeHalvesByUnpacks.)
         /// With AVX-512 a conversion takes two groups, so 4 means 2 conversions there; Q4_K
         /// at N = 1 took 10-11% less a call with 2 than with 1 on a 2-core Zen 4 (vocab
-        /// 32768, two runs of 8 and 12 interleaved rounds; with AVX2 it was level, above).
+        /// 32768, two runs of 8 and 12 interleaved rounds; with AVX2 it was level, above);
+        /// IQ4_NL, whose N = 1 once read slower than its N = 2, was level with 1 (4 rounds).
         fn groupsTogether(comptime group: usize) usize {
             return switch (group) {
                 1 => switch (t) {
