@@ -118,11 +118,16 @@ const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
 /// Batches this small use each chunk straight from the decoder's registers, where a pair
 /// of vocab rows holds 2 accumulators of 32 lanes per batch row. Dense types hold more
-/// registers while decoding (their transposes), so they stop one row earlier: measured, a
-/// 4-row F16 batch spilled and ran at 1/2 speed.
+/// registers while decoding (their transposes): with the decoder feeding the fmas a 4-row
+/// F16 batch spilled and ran at 1/2 speed (f970190), so with 256-bit vectors they stop one
+/// row earlier. With 512-bit vectors they store each decoded chunk before its fmas
+/// (decodesIntoFmas), and F16 and BF16 take 4 rows: against tiles on a 2-core Zen 4
+/// (2026-12-05, interleaved), F16 33–40% less a call at N = 4 and BF16 22–36% (vocab 32768,
+/// 3 and 4 rounds), 23% and 22% for Gemma's head (2 rounds); F32, which waits on its reads
+/// there, 3–7% more, so it stops at 3.
 fn fusedRowsMax(comptime t: formats.Type) usize {
-    const rows = if (elementwise_width >= 16) 4 else 2;
-    return if (formats.of(t).block_values == 1) rows - 1 else rows;
+    if (elementwise_width < 16) return if (formats.of(t).block_values == 1) 1 else 2;
+    return if (t == .f32) 3 else 4;
 }
 /// Vocab rows a small batch decodes side by side: two give each lane's chain of fmas
 /// another to overlap with. Measured on a 2-core Xeon (AVX-512): 4–13% faster at N = 1…4
