@@ -116,18 +116,21 @@ pub fn matvecScratchValues(rows: usize) usize {
 /// Width of elementwise vectors; elementwise results do not depend on it.
 const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
-/// Batches this small use each chunk straight from the decoder's registers, where a pair
-/// of vocab rows holds 2 accumulators of 32 lanes per batch row. Dense types hold more
-/// registers while decoding (their transposes): with the decoder feeding the fmas a 4-row
-/// F16 batch spilled and ran at 1/2 speed (f970190), so with 256-bit vectors they stop one
-/// row earlier. With 512-bit vectors they store each decoded chunk before its fmas
-/// (decodesIntoFmas), and F16 and BF16 take 4 rows: against tiles on a 2-core Zen 4
-/// (2026-12-05, interleaved), F16 33–40% less a call at N = 4 and BF16 22–36% (vocab 32768,
-/// 3 and 4 rounds), 23% and 22% for Gemma's head (2 rounds); F32, which waits on its reads
-/// there, 3–7% more, so it stops at 3.
+/// Batches this small use each chunk straight from the decoder, where a pair of vocab rows
+/// holds 2 accumulators of 32 lanes per batch row. Dense types hold more registers while
+/// decoding (their transposes): with the decoder feeding the fmas a 4-row F16 batch spilled
+/// and ran at 1/2 speed (f970190), so with 256-bit vectors they stop one row earlier. With
+/// 512-bit vectors, from 4 rows (the dense types from 1) the decoded chunk is stored before
+/// its fmas (decodesIntoFmas), and every type but F32 takes up to 7 rows this way rather than
+/// in tiles. On a 2-core Zen 4 (2026-12-05, interleaved, vocab 32768, 3 or 4 rounds a run;
+/// Gemma's head, vocab 262144, 2 rounds): F16 and BF16 at N = 4 (which had stopped at 3)
+/// 22–40% less a call; at N = 5 and 6 every type 5–34% less (Gemma's head 15–27%, Q6_K,
+/// Q8_0, Q4_K, F16, BF16), at N = 7 2–27% (Q8_0 1–8% in three runs, 5% for Gemma's head;
+/// no cell slower); at N = 8 level to 8% more, so 8 rows stay in tiles. F32, which waits on
+/// its reads there, took 3–7% more at N = 4, so it stops at 3.
 fn fusedRowsMax(comptime t: formats.Type) usize {
     if (elementwise_width < 16) return if (formats.of(t).block_values == 1) 1 else 2;
-    return if (t == .f32) 3 else 4;
+    return if (t == .f32) 3 else 7;
 }
 /// Vocab rows a small batch decodes side by side: two give each lane's chain of fmas
 /// another to overlap with. Measured on a 2-core Xeon (AVX-512): 4–13% faster at N = 1…4
@@ -221,8 +224,9 @@ const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width 
 /// beat the tiles that way, one vocab row at a time (16 accumulators, the rows' inputs read
 /// from L2 again for every vocab row): 11–31% more a call at N = 5 and 8 for Q8_0, Q6_K,
 /// Q4_K and Q4_0 (a 2-core Zen 4, 2026-12-05, vocab 32768, 2 interleaved rounds, every cell
-/// slower). The dense types keep their stores (their 64-value transposes hand over 8 lanes
-/// at a time, a quarter of an accumulator's register).
+/// slower); with the chunk stored, two vocab rows at a time, up to 7 did (fusedRowsMax). The
+/// dense types keep their stores (their 64-value transposes hand over 8 lanes at a time, a
+/// quarter of an accumulator's register).
 fn decodesIntoFmas(comptime t: formats.Type, comptime group: usize) bool {
     if (!decode.codes_by_group) return false;
     return elementwise_width < 16 or (formats.of(t).block_values > 1 and group <= 3);
