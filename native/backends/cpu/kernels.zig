@@ -117,20 +117,26 @@ pub fn matvecScratchValues(rows: usize) usize {
 const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
 /// Batches this small use each chunk straight from the decoder, where a pair of vocab rows
-/// holds 2 accumulators of 32 lanes per batch row. Dense types hold more registers while
-/// decoding (their transposes): with the decoder feeding the fmas a 4-row F16 batch spilled
-/// and ran at 1/2 speed (f970190), so with 256-bit vectors they stop one row earlier. With
-/// 512-bit vectors, from 4 rows (the dense types from 1) the decoded chunk is stored before
-/// its fmas (decodesIntoFmas), and every type but F32 takes up to 7 rows this way rather than
-/// in tiles. On a 2-core Zen 4 (2026-12-05, interleaved, vocab 32768, 3 or 4 rounds a run;
-/// Gemma's head, vocab 262144, 2 rounds): F16 and BF16 at N = 4 (which had stopped at 3)
-/// 22–40% less a call; at N = 5 and 6 every type 5–34% less (Gemma's head 15–27%, Q6_K,
-/// Q8_0, Q4_K, F16, BF16), at N = 7 2–27% (Q8_0 1–8% in three runs, 5% for Gemma's head;
-/// no cell slower); at N = 8 level to 8% more, so 8 rows stay in tiles. F32, which waits on
-/// its reads there, took 3–7% more at N = 4, so it stops at 3.
+/// holds 2 accumulators of 32 lanes per batch row (with narrower vectors mostly one vocab
+/// row: fusedPair). Dense types hold more registers while decoding (their transposes): with the
+/// decoder feeding the fmas a 4-row F16 batch spilled and ran at 1/2 speed (f970190), so
+/// with 256-bit vectors they take one row. With 512-bit vectors, from 4 rows (the dense types
+/// from 1) the decoded chunk is stored before its fmas (decodesIntoFmas), and every type but
+/// F32 takes up to 7 rows this way rather than in tiles. On a 2-core Zen 4 (2026-12-05,
+/// interleaved, vocab 32768, 3 or 4 rounds a run; Gemma's head, vocab 262144, 2 rounds): F16
+/// and BF16 at N = 4 (which had stopped at 3) 22–40% less a call; at N = 5 and 6 every type
+/// 5–34% less (Gemma's head 15–27%, Q6_K, Q8_0, Q4_K, F16, BF16), at N = 7 2–27% (Q8_0 1–8%
+/// in three runs, 5% for Gemma's head; no cell slower); at N = 8 level to 8% more, so 8 rows
+/// stay in tiles. F32, which waits on its reads there, took 3–7% more at N = 4, so it stops
+/// at 3. x86-64's 256-bit level takes 3 rows of the quantized types (it had taken 2): on the
+/// same Zen 4 running that level (`LMHEAD_CPU_LEVEL=x86_64_v3`, vocab 32768, three runs of 3
+/// or 4 rounds) 9–40% less a call at N = 3 for every quantized type; 4 rows, the chunk stored, were from
+/// 13% less to 8% more (Q8_0, Q6_K, Q4_K, Q4_0). Narrower vectors keep 2 (3 is unmeasured
+/// there).
 fn fusedRowsMax(comptime t: formats.Type) usize {
-    if (elementwise_width < 16) return if (formats.of(t).block_values == 1) 1 else 2;
-    return if (t == .f32) 3 else 7;
+    if (elementwise_width >= 16) return if (t == .f32) 3 else 7;
+    if (formats.of(t).block_values == 1) return 1;
+    return if (elementwise_width == 8 and decode.codes_by_group) 3 else 2;
 }
 /// Vocab rows a small batch decodes side by side: two give each lane's chain of fmas
 /// another to overlap with. Measured on a 2-core Xeon (AVX-512): 4–13% faster at N = 1…4
@@ -154,7 +160,7 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// reads: BF16 11% more at N = 1 and 39% at N = 2, F16 15% more at N = 2, F32 within the
 /// noise (2026-12-05, vocab 32768, 3 interleaved rounds).
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
-    if (elementwise_width < 16 and group <= 2) return if (t == .q5_k and group == 1) 2 else 1;
+    if (elementwise_width < 16) return if (t == .q5_k and group == 1) 2 else 1;
     return 2;
 }
 /// Larger batches take a tile of vocab rows 2 chunks at a time: the block is decoded into
