@@ -132,7 +132,11 @@ const Wide = @Vector(elementwise_width, f32);
 /// same Zen 4 running that level (`LMHEAD_CPU_LEVEL=x86_64_v3`, vocab 32768, three runs of 3
 /// or 4 rounds) 9–40% less a call at N = 3 for every quantized type; 4 rows, the chunk stored, were from
 /// 13% less to 8% more (Q8_0, Q6_K, Q4_K, Q4_0). Narrower vectors keep 2 (3 is unmeasured
-/// there).
+/// there). On a 16-core Intel Xeon with AVX-512 (a GPU machine's host, 16 threads, 3
+/// interleaved rounds) Gemma's head took 8–19% less a call at N = 5, 7–16% at 6 and 1–11% at
+/// 7 (Q6_K, Q8_0, Q4_K, F16, BF16), F16 16% less at N = 4 and BF16 level; at vocab 32768,
+/// where its calls took 1.5–3 ms and unchanged paths moved up to 15%, within that noise; the
+/// AVX2 level 15–31% less at N = 3 (Q6_K, Q8_0, Q4_K, Q4_0).
 fn fusedRowsMax(comptime t: formats.Type) usize {
     if (elementwise_width >= 16) return if (t == .f32) 3 else 7;
     if (formats.of(t).block_values == 1) return 1;
