@@ -234,7 +234,9 @@ const sweep_parts = if (elementwise_width >= 16) lanes.lane_count / sweep_width 
 /// beat the tiles that way, one vocab row at a time (16 accumulators, the rows' inputs read
 /// from L2 again for every vocab row): 11–31% more a call at N = 5 and 8 for Q8_0, Q6_K,
 /// Q4_K and Q4_0 (a 2-core Zen 4, 2026-12-05, vocab 32768, 2 interleaved rounds, every cell
-/// slower); with the chunk stored, two vocab rows at a time, up to 7 did (fusedRowsMax). The
+/// slower); with the chunk stored, two vocab rows at a time, up to 7 did (fusedRowsMax). Nor
+/// was the chunk stored at N = 3 kept (same Zen 4, vocab 32768, 3 interleaved rounds): Q8_0
+/// 7% and Q3_K 12% less a call, Q6_K, Q4_0 and Q2_K 8–11% more, the others within 5%. The
 /// dense types keep their stores (their 64-value transposes hand over 8 lanes at a time, a
 /// quarter of an accumulator's register).
 fn decodesIntoFmas(comptime t: formats.Type, comptime group: usize) bool {
