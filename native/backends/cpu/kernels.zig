@@ -118,25 +118,24 @@ const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
 /// Batches this small use each chunk straight from the decoder, where a pair of vocab rows
 /// holds 2 accumulators of 32 lanes per batch row (with narrower vectors mostly one vocab
-/// row: fusedPair). Dense types hold more registers while decoding (their transposes): with the
-/// decoder feeding the fmas a 4-row F16 batch spilled and ran at 1/2 speed (f970190), so
-/// with 256-bit vectors they take one row. With 512-bit vectors, from 4 rows (the dense types
-/// from 1) the decoded chunk is stored before its fmas (decodesIntoFmas), and every type but
-/// F32 takes up to 7 rows this way rather than in tiles. On a 2-core Zen 4 (2026-12-05,
-/// interleaved, vocab 32768, 3 or 4 rounds a run; Gemma's head, vocab 262144, 2 rounds): F16
-/// and BF16 at N = 4 (which had stopped at 3) 22–40% less a call; at N = 5 and 6 every type
-/// 5–34% less (Gemma's head 15–27%, Q6_K, Q8_0, Q4_K, F16, BF16), at N = 7 2–27% (Q8_0 1–8%
-/// in three runs, 5% for Gemma's head; no cell slower); at N = 8 level to 8% more, so 8 rows
-/// stay in tiles. F32, which waits on its reads there, took 3–7% more at N = 4, so it stops
-/// at 3. x86-64's 256-bit level takes 3 rows of the quantized types (it had taken 2): on the
-/// same Zen 4 running that level (`LMHEAD_CPU_LEVEL=x86_64_v3`, vocab 32768, three runs of 3
-/// or 4 rounds) 9–40% less a call at N = 3 for every quantized type; 4 rows, the chunk stored, were from
-/// 13% less to 8% more (Q8_0, Q6_K, Q4_K, Q4_0). Narrower vectors keep 2 (3 is unmeasured
-/// there). On a 16-core Intel Xeon with AVX-512 (a GPU machine's host, 16 threads, 3
-/// interleaved rounds) Gemma's head took 8–19% less a call at N = 5, 7–16% at 6 and 1–11% at
-/// 7 (Q6_K, Q8_0, Q4_K, F16, BF16), F16 16% less at N = 4 and BF16 level; at vocab 32768,
-/// where its calls took 1.5–3 ms and unchanged paths moved up to 15%, within that noise; the
-/// AVX2 level 15–31% less at N = 3 (Q6_K, Q8_0, Q4_K, Q4_0).
+/// row: fusedPair); larger ones run in tiles. With 512-bit vectors every type but F32 takes
+/// up to 7 rows, the decoded chunk stored before its fmas from 4 rows (the dense types from
+/// 1: decodesIntoFmas). Against tiles on a 2-core Zen 4 (2026-12-05, interleaved, vocab 32768,
+/// 3 or 4 rounds a run; Gemma's head, 2 rounds): F16 and BF16 at N = 4 22–40% less a call;
+/// every type 5–34% less at N = 5 and 6 (Gemma's head 15–27%: Q6_K, Q8_0, Q4_K, F16, BF16)
+/// and 2–27% at N = 7 (Q8_0 1–8%; no cell slower); at N = 8 level to 8% more, so 8 rows stay
+/// in tiles; F32, which waits on its reads there, 3–7% more at N = 4, so it stops at 3. On a
+/// 16-core Intel Xeon with AVX-512 (a GPU machine's host, 3 interleaved rounds) Gemma's head
+/// took 8–19% less a call at N = 5, 7–16% at 6 and 1–11% at 7, F16 16% less at N = 4 and
+/// BF16 level; at vocab 32768, where its calls took 1.5–3 ms and unchanged paths moved up to
+/// 15%, within that noise.
+/// With 256-bit vectors the dense types take one row: their transposes hold more registers,
+/// and with the decoder feeding the fmas a 4-row F16 batch spilled and ran at 1/2 speed
+/// (f970190). x86-64's AVX2 level takes 3 rows of the quantized types (2 before 2026-12-05):
+/// 9–40% less a call at N = 3 on the Zen 4 running that level (`LMHEAD_CPU_LEVEL=x86_64_v3`,
+/// vocab 32768, three runs) and 15–31% on the Xeon (Q6_K, Q8_0, Q4_K, Q4_0); 4 rows, the chunk
+/// stored, were from 13% less to 8% more on the Zen 4. Narrower vectors keep 2 (3 is
+/// unmeasured there).
 fn fusedRowsMax(comptime t: formats.Type) usize {
     if (elementwise_width >= 16) return if (t == .f32) 3 else 7;
     if (formats.of(t).block_values == 1) return 1;
