@@ -129,17 +129,19 @@ const Wide = @Vector(elementwise_width, f32);
 /// took 8–19% less a call at N = 5, 7–16% at 6 and 1–11% at 7, F16 16% less at N = 4 and
 /// BF16 level; at vocab 32768, where its calls took 1.5–3 ms and unchanged paths moved up to
 /// 15%, within that noise.
-/// With 256-bit vectors the dense types take one row: their transposes hold more registers,
-/// and with the decoder feeding the fmas a 4-row F16 batch spilled and ran at 1/2 speed
-/// (f970190). x86-64's AVX2 level takes 3 rows of the quantized types (2 before 2026-12-05):
-/// 9–40% less a call at N = 3 on the Zen 4 running that level (`LMHEAD_CPU_LEVEL=x86_64_v3`,
-/// vocab 32768, three runs) and 15–31% on the Xeon (Q6_K, Q8_0, Q4_K, Q4_0); 4 rows, the chunk
-/// stored, were from 13% less to 8% more on the Zen 4. Narrower vectors keep 2 (3 is
-/// unmeasured there).
+/// x86-64's AVX2 level takes 3 rows of the quantized types and 2 of the dense ones, whose
+/// transposes hold more registers (with the decoder feeding the fmas a 4-row F16 batch spilled
+/// and ran at 1/2 speed: f970190). Until 2026-12-05 it took 2 and 1: on the Zen 4 running that
+/// level (`LMHEAD_CPU_LEVEL=x86_64_v3`, interleaved, vocab 32768) 3 rows took 9–40% less a call
+/// at N = 3 (every quantized type, three runs of 3 or 4 rounds; 15–31% on the Xeon: Q6_K,
+/// Q8_0, Q4_K, Q4_0), and 4 rows, the chunk stored, from 13% less to 8% more; the dense types'
+/// 2 rows 24–28% less at N = 2 (F16, BF16, F32; 3 rounds) and 24–30% for Gemma's head (2
+/// rounds). Narrower vectors keep 2 and 1 (more is unmeasured there).
 fn fusedRowsMax(comptime t: formats.Type) usize {
     if (elementwise_width >= 16) return if (t == .f32) 3 else 7;
-    if (formats.of(t).block_values == 1) return 1;
-    return if (elementwise_width == 8 and decode.codes_by_group) 3 else 2;
+    const dense = formats.of(t).block_values == 1;
+    if (elementwise_width == 8 and decode.codes_by_group) return if (dense) 2 else 3;
+    return if (dense) 1 else 2;
 }
 /// Vocab rows a small batch decodes side by side: two give each lane's chain of fmas
 /// another to overlap with. Measured on a 2-core Xeon (AVX-512): 4–13% faster at N = 1…4
