@@ -407,10 +407,10 @@ fn passIndex(passes: *const [pass_sizes.len]Tuning, p: params.Matvec, max_shared
 /// (else 3 passes of 4, 2 and 1, each reading the weights) in a call of up to 64 rows, or 4 to
 /// 7 rows in a call under 24. The wide rest pass runs each full tile slower (7-15% on an H100:
 /// a full pass of 8 rows that writes fewer), so padding pays where the short tile's passes cost
-/// more than that. On an H200 (call 49, bench/results/cuda-h200.md) against the wide pass, for all four resident
-/// types: N = 15, 23, 31, 39, 47, 55 and 63 5-62% less a call; N = 12 to 14 and 21 to 22 2-48%
-/// less, N = 20 level to 10% less; but N = 28 to 30 and 36, 44, 52 and 60 from 31% less to 13%
-/// more (F16 and BF16 slower). On an H100 (call 51) the same: every N taken 2-68% less (F16
+/// more than that. On an H200 (call 49, bench/results/cuda-h200.md) against the wide pass, for
+/// all four resident types: N = 15, 23, 31, 39, 47, 55 and 63 5-62% less a call; N = 12 to 14
+/// and 21 to 22 2-48% less, N = 20 level to 10% less; but N = 28 to 30 and 36, 44, 52 and 60
+/// from 31% less to 13% more (F16 and BF16 slower). On an H100 (call 51) the same: every N taken 2-68% less (F16
 /// N = 21 level), the others up to 16% more; N = 9 and 10 went either way there (call 47).
 /// Past 64 rows unmeasured: each full tile's cost grows the padded call.
 fn padsResidentTile(rows: u32) bool {
