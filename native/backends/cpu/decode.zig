@@ -370,6 +370,10 @@ const B64 = @Vector(64, u8);
 /// 32768, 8 interleaved rounds, with AVX-512: Q5_1 11% less a call at N = 8, Q5_0 7%, Q8_0
 /// 5%, IQ4_NL 3%, Q4_0 1%, 1-5% at N = 4 and 2-4% at 32, within 3% either way at N = 1 (as
 /// much as the unchanged F16 and Q6_K moved); with AVX2 (x86_64_v3) 3-6% less at N = 8.
+/// Picked by one word permute (`vpermt2w`) from the blocks' bytes loaded whole instead: on a
+/// 2-core Intel Xeon with AVX-512, vocab 32768, 3 interleaved rounds (2026-12-05), Q4_0 3-5%
+/// less a call at N = 1 and 2, but Q8_0 4-6% more, Q5_1 up to 3% more, IQ4_NL and Q5_0 within
+/// 2% at N = 1 and 2: not kept.
 inline fn halves8(comptime B: type, bs: *const [8]B, comptime name: []const u8) @Vector(8, f32) {
     var h: @Vector(8, u16) = undefined;
     inline for (0..8) |j| h[j] = std.mem.littleToNative(u16, @as(*align(1) const u16, @ptrCast(&@field(bs[j], name))).*);
