@@ -117,27 +117,27 @@ pub fn matvecScratchValues(rows: usize) usize {
 const elementwise_width = std.simd.suggestVectorLength(f32) orelse 8;
 const Wide = @Vector(elementwise_width, f32);
 /// Batches this small use each chunk straight from the decoder, where a pair of vocab rows
-/// holds 2 accumulators of 32 lanes per batch row (with narrower vectors mostly one vocab
-/// row: fusedPair); larger ones run in tiles. With 512-bit vectors every type but F32 takes
-/// up to 7 rows, the decoded chunk stored before its fmas from 4 rows (the dense types from
-/// 1: decodesIntoFmas). Against tiles on a 2-core Zen 4 (2026-12-05, interleaved, vocab 32768,
-/// 3 or 4 rounds a run; Gemma's head, 2 rounds): F16 and BF16 at N = 4 22–40% less a call;
-/// every type 5–34% less at N = 5 and 6 (Gemma's head 15–27%: Q6_K, Q8_0, Q4_K, F16, BF16)
-/// and 2–27% at N = 7 (Q8_0 1–8%; no cell slower); at N = 8 level to 8% more, so 8 rows stay
-/// in tiles; F32, which waits on its reads there, 3–7% more at N = 4, so it stops at 3. On a
-/// 16-core Intel Xeon with AVX-512 (a GPU machine's host, 3 interleaved rounds) Gemma's head
-/// took 8–19% less a call at N = 5, 7–16% at 6 and 1–11% at 7, F16 16% less at N = 4 and
-/// BF16 level; at vocab 32768, where its calls took 1.5–3 ms and unchanged paths moved up to 15%,
-/// within that noise. On a 2-core Intel Xeon with AVX-512 and AMX (2026-12-05, 2 interleaved
-/// rounds) Gemma's head took 9–19% less a call at N = 5, 0–11% at 6 and 2–9% at 7 this way (Q4_0,
-/// Q4_K, Q6_K, Q8_0), F16 and BF16 3–14% less at N = 4 to 7 at vocab 32768; the quantized types at
-/// vocab 32768, a head its 480 MiB L3 holds, from 9% less at N = 5 to 13% more at N = 7 (3 rounds).
-/// Nor did 8 to 12 rows run a half of the lanes at a time (lanes 0-15 over the whole row, then
-/// 16-31: one register an accumulator, 16 of them at N = 8, each chunk's half decoded and stored
-/// for two vocab rows): 13–34% more a call than the tiles at N = 8, 10 and 12 (Q8_0, Q6_K, Q4_K,
-/// F16; a 2-core Intel Xeon with AVX-512, vocab 32768, 2 interleaved rounds, 2026-12-05), where
-/// each pair of vocab rows reads 8 rows' inputs from L2 again, 512 bytes a step of 16 fmas, and a
-/// tile's stay in L1.
+/// holds 2 accumulators of 32 lanes per batch row (with narrower vectors mostly one vocab row:
+/// fusedPair); larger ones run in tiles. With 512-bit vectors every type but F32 takes up to 7
+/// rows, the decoded chunk stored before its fmas from 4 rows (the dense types from 1:
+/// decodesIntoFmas). Against tiles on a 2-core Zen 4 (2026-12-05, interleaved, vocab 32768, 3
+/// or 4 rounds a run; Gemma's head, 2 rounds): F16 and BF16 at N = 4 22–40% less a call; every
+/// type 5–34% less at N = 5 and 6 (Gemma's head 15–27%: Q6_K, Q8_0, Q4_K, F16, BF16) and 2–27%
+/// at N = 7 (Q8_0 1–8%; no cell slower); at N = 8 level to 8% more, so 8 rows stay in tiles;
+/// F32, which waits on its reads there, 3–7% more at N = 4, so it stops at 3. On a 16-core
+/// Intel Xeon with AVX-512 (a GPU machine's host, 3 interleaved rounds) Gemma's head took 8–19%
+/// less a call at N = 5, 7–16% at 6 and 1–11% at 7, F16 16% less at N = 4 and BF16 level; at
+/// vocab 32768, where its calls took 1.5–3 ms and unchanged paths moved up to 15%, within that
+/// noise. On a 2-core Intel Xeon with AVX-512 and AMX (2026-12-05, 2 interleaved rounds)
+/// Gemma's head took 9–19% less a call at N = 5, 0–11% at 6 and 2–9% at 7 this way (Q4_0, Q4_K,
+/// Q6_K, Q8_0), F16 and BF16 3–14% less at N = 4 to 7 at vocab 32768; the quantized types at
+/// vocab 32768, a head its 480 MiB L3 holds, from 9% less at N = 5 to 13% more at N = 7 (3
+/// rounds). Nor did 8 to 12 rows run a half of the lanes at a time (lanes 0-15 over the whole
+/// row, then 16-31: one register an accumulator, 16 of them at N = 8, each chunk's half decoded
+/// and stored for two vocab rows): 13–34% more a call than the tiles at N = 8, 10 and 12 (Q8_0,
+/// Q6_K, Q4_K, F16; a 2-core Intel Xeon with AVX-512, vocab 32768, 2 interleaved rounds,
+/// 2026-12-05), where each pair of vocab rows reads 8 rows' inputs from L2 again, 512 bytes a
+/// step of 16 fmas, and a tile's stay in L1.
 /// x86-64's AVX2 level takes 3 rows of the quantized types and 2 of the dense ones, whose
 /// transposes hold more registers (with the decoder feeding the fmas a 4-row F16 batch spilled
 /// and ran at 1/2 speed: f970190). Until 2026-12-05 it took 2 and 1: on the Zen 4 running that
