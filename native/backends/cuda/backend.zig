@@ -410,8 +410,9 @@ fn passIndex(passes: *const [pass_sizes.len]Tuning, p: params.Matvec, max_shared
 /// more than that. On an H200 (call 49, bench/results/cuda-h200.md) against the wide pass, for
 /// all four resident types: N = 15, 23, 31, 39, 47, 55 and 63 5-62% less a call; N = 12 to 14
 /// and 21 to 22 2-48% less, N = 20 level to 10% less; but N = 28 to 30 and 36, 44, 52 and 60
-/// from 31% less to 13% more (F16 and BF16 slower). On an H100 (call 51) the same: every N taken 2-68% less (F16
-/// N = 21 level), the others up to 16% more; N = 9 and 10 went either way there (call 47).
+/// from 31% less to 13% more (F16 and BF16 slower). On an H100 (call 51) the same: every N
+/// taken 2-68% less (F16 N = 21 level), the others up to 16% more; N = 9 and 10 went either way
+/// there (call 47).
 /// Past 64 rows unmeasured: each full tile's cost grows the padded call.
 fn padsResidentTile(rows: u32) bool {
     if (rows < 8 or rows > 64) return false;
