@@ -161,43 +161,9 @@ const code_lanes = if (has_avx512) 16 else 8;
 /// puts scale·q (+ or − min) into the sink, step by step, with the scale (and min) of each
 /// of the chunk's n sub-blocks (a lane's 8 values lie in one). scale·q is exact, so one fma
 /// rounds the sum as NUMERICS.md §2 rounds it.
-inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale: @Vector(n, f32), comptime min_op: enum { none, add, sub }, min: @Vector(n, f32), sink: anytype) void {
+inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale: @Vector(n, f32), comptime min_op: MinOp, min: @Vector(n, f32), sink: anytype) void {
+    if (codes_by_group) return emitSteps(GroupCodes{ .g = g }, n, scale, min_op, min, sink);
     const addend = if (min_op == .sub) -min else min;
-    if (codes_by_group) {
-        const Vf = @Vector(code_lanes, f32);
-        const groups = code_lanes / 8;
-        const together: usize = comptime @min(groupsOfSink(@TypeOf(sink)), 4 / groups);
-        inline for (0..4 / (groups * together)) |p| {
-            var quads: [together][2]@Vector(4 * code_lanes, u8) = undefined;
-            var s: [together]Vf = undefined;
-            var a: [together]Vf = undefined;
-            inline for (0..together) |h| {
-                // Lanes [code_lanes·k, +code_lanes) of the chunk.
-                const k = together * p + h;
-                quads[h] = laneQuads(groups, if (groups == 1) g[k] else concat(u8, 64, g[2 * k], g[2 * k + 1]));
-                // Codes come out as q·2^24 (codeHigh), so the scale takes the 2^-24: both
-                // products are exact, and so is their product, q·scale. With a min, each
-                // group's scales and mins are made from the sub-blocks' next to their use
-                // (inOrder): made all at once, the chunk's 8 vectors of them spilled from the
-                // 16 registers. Measured on a 2-core Zen 1, vocab 32768, A-B-A-B twice: Q4_K
-                // 12–19% less a call at N = 1, 2 and 8 (N = 1 14.1 → 11.9 ms), Q5_K 6–17%, Q2_K
-                // 6–14% at N = 2 and 8, Q5_1 1–8%; without a min (Q8_0, Q6_K, Q3_K) the same
-                // ordering made N = 1 4–11% slower.
-                const ordered = if (min_op == .none) scale else inOrder(n, scale);
-                s[h] = part(f32, code_lanes, perLane(n, ordered), k) * @as(Vf, @splat(0x1p-24));
-                if (min_op != .none) a[h] = part(f32, code_lanes, perLane(n, inOrder(n, addend)), k);
-            }
-            inline for (0..8) |i| inline for (0..together) |h| {
-                const k = together * p + h;
-                const q: Vf = @floatFromInt(codeHigh(code_lanes, quads[h][i / 4], i % 4));
-                sink.put(32 * i + code_lanes * k, code_lanes, switch (min_op) {
-                    .none => s[h] * q,
-                    .add, .sub => @mulAdd(Vf, s[h], q, a[h]),
-                });
-            };
-        }
-        return;
-    }
     const lm = lanesFromGroups(g);
     const V16f = @Vector(16, f32);
     const lane_scale = perLane(n, scale);
@@ -213,6 +179,158 @@ inline fn emit(comptime E: type, g: [4]@Vector(64, u8), comptime n: usize, scale
             .add, .sub => @mulAdd(V16f, scales[k % 2], q, addends[k % 2]),
         });
     }
+}
+
+const MinOp = enum { none, add, sub };
+
+/// emit on x86-64, from `codes` that give code_lanes lanes' codes a step at a time as
+/// floats times `unit` (GroupCodes, NibbleCodes).
+inline fn emitSteps(codes: anytype, comptime n: usize, scale: @Vector(n, f32), comptime min_op: MinOp, min: @Vector(n, f32), sink: anytype) void {
+    const Codes = @TypeOf(codes);
+    const addend = if (min_op == .sub) -min else min;
+    const Vf = @Vector(code_lanes, f32);
+    const groups = code_lanes / 8;
+    const together: usize = comptime @min(groupsOfSink(@TypeOf(sink)), 4 / groups);
+    inline for (0..4 / (groups * together)) |p| {
+        var gathered: [together]Codes.Gathered = undefined;
+        var s: [together]Vf = undefined;
+        var a: [together]Vf = undefined;
+        inline for (0..together) |h| {
+            // Lanes [code_lanes·k, +code_lanes) of the chunk.
+            const k = together * p + h;
+            gathered[h] = codes.gather(k);
+            // With a min, each group's scales and mins are made from the sub-blocks' next to
+            // their use (inOrder): made all at once, the chunk's 8 vectors of them spilled
+            // from the 16 registers. Measured on a 2-core Zen 1, vocab 32768, A-B-A-B twice:
+            // Q4_K 12–19% less a call at N = 1, 2 and 8 (N = 1 14.1 → 11.9 ms), Q5_K 6–17%,
+            // Q2_K 6–14% at N = 2 and 8, Q5_1 1–8%; without a min (Q8_0, Q6_K, Q3_K) the same
+            // ordering made N = 1 4–11% slower.
+            const ordered = if (min_op == .none) scale else inOrder(n, scale);
+            s[h] = part(f32, code_lanes, perLane(n, ordered), k);
+            // The scale takes the codes' unit: both products are exact, and so is theirs.
+            if (Codes.unit != 1.0) s[h] *= @as(Vf, @splat(Codes.unit));
+            if (min_op != .none) a[h] = part(f32, code_lanes, perLane(n, inOrder(n, addend)), k);
+        }
+        inline for (0..8) |i| inline for (0..together) |h| {
+            const k = together * p + h;
+            const q: Vf = Codes.step(gathered[h], k, i);
+            sink.put(32 * i + code_lanes * k, code_lanes, switch (min_op) {
+                .none => s[h] * q,
+                .add, .sub => @mulAdd(Vf, s[h], q, a[h]),
+            });
+        };
+    }
+}
+
+/// A chunk's codes as the decoders build them (4 natural-order groups of 64 bytes), each
+/// step's as q·2^24 (codeHigh).
+const GroupCodes = struct {
+    g: [4]@Vector(64, u8),
+
+    const unit = 0x1p-24;
+    const Gathered = [2]@Vector(4 * code_lanes, u8);
+
+    inline fn gather(codes: GroupCodes, comptime k: usize) Gathered {
+        const groups = code_lanes / 8;
+        return laneQuads(groups, if (groups == 1) codes.g[k] else concat(u8, 64, codes.g[2 * k], codes.g[2 * k + 1]));
+    }
+
+    inline fn step(quads: Gathered, comptime k: usize, comptime i: usize) @Vector(code_lanes, f32) {
+        _ = k;
+        return @floatFromInt(codeHigh(code_lanes, quads[i / 4], i % 4));
+    }
+};
+
+/// Whether the 4-bit formats (Q4_0, IQ4_NL, Q4_K, IQ4_XS) take their codes straight from
+/// their bytes (NibbleCodes): with AVX-512 only, whose float permute reads 16 entries.
+const nibbles_by_permute = has_avx512;
+
+/// A 4-bit format's codes, read from its chunk's bytes with no groups built: for each 16
+/// lanes, two byte permutes put each lane's 8 code bytes in its word (4 a permute; for Q4_K
+/// and IQ4_XS a dword shuffle), and each step shifts its nibble to the word's low bits and
+/// looks it up in the format's 16 values as floats (`vpermps`, which reads those 4 bits
+/// alone): two instructions a step where GroupCodes takes a byte shuffle and a conversion,
+/// with no split of the nibbles into groups, no move across the 128-bit halves, and no
+/// Q4_0 `− 8` or IQ4 byte lookup. Measured against GroupCodes on a 2-core Intel Xeon with
+/// AVX-512 (2026-12-05), interleaved: Gemma's head (vocab 262144, 3 rounds) IQ4_NL and
+/// IQ4_XS 12–13% less a call at N = 1, 9–11% at N = 2 and 3, 5–10% at N = 8; Q4_K 8%, 6%,
+/// 3% and 6% at N = 1, 2, 3 and 8, Q4_0 6%, 3%, 1% and 3%; at N = 16 and 32 within the
+/// rounds' spread (4 rounds); with the head in L3 (vocab 32768) 8–16% less at N = 1, 4–13%
+/// at N = 2, 3–10% at N = 8, 0–8% at N = 16 and 32 (4 rounds).
+fn NibbleCodes(comptime t: Type) type {
+    const Block = formats.Block(t);
+    const qs = @offsetOf(Block, "qs");
+    return struct {
+        chunk: *const [chunkBytes(t)]u8,
+
+        const Codes = @This();
+        const unit = 1.0;
+        const Gathered = [2]@Vector(16, u32);
+        const table: @Vector(16, f32) = blk: {
+            var v: [16]f32 = undefined;
+            for (&v, 0..) |*e, q| e.* = switch (t) {
+                .q4_0 => @floatFromInt(@as(i32, @intCast(q)) - 8),
+                .q4_k => @floatFromInt(q),
+                .iq4_nl, .iq4_xs => @floatFromInt(iq4_values[q]),
+                else => unreachable,
+            };
+            break :blk v;
+        };
+
+        /// Lane l's code of step i: a nibble of byte at(l) + i of the chunk, the high one
+        /// where high(l).
+        fn at(l: usize) usize {
+            return switch (t) {
+                // Lanes 4b..4b+3 hold block b's 32 values: low nibbles of its first and last
+                // 8 bytes, then high ones.
+                .q4_0, .iq4_nl => @sizeOf(Block) * (l / 4) + qs + 8 * (l % 2),
+                // Lanes 8j..8j+7 hold 64 values: low nibbles of 32 bytes, then high ones.
+                .q4_k => qs + 32 * (l / 8) + 8 * (l % 4),
+                // Lanes 4j..4j+3 hold sub-block j's 32 values, as Q4_0's a block's.
+                .iq4_xs => qs + 16 * (l / 4) + 8 * (l % 2),
+                else => unreachable,
+            };
+        }
+        fn high(l: usize) bool {
+            return switch (t) {
+                .q4_0, .iq4_nl, .iq4_xs => l % 4 >= 2,
+                .q4_k => l % 8 >= 4,
+                else => unreachable,
+            };
+        }
+
+        /// Lanes 16k..16k+15: word j of gathered[s] holds lane 16k+j's code bytes 4s..4s+3,
+        /// picked from the 128 bytes from `first` on (64 at most past the chunk's end).
+        inline fn gather(codes: Codes, comptime k: usize) Gathered {
+            const first: usize = comptime at(16 * k);
+            const second: usize = comptime @min(first + 64, chunkBytes(t) - 64);
+            const a = load(u8, 64, codes.chunk[first..]);
+            const b = load(u8, 64, codes.chunk[second..]);
+            var out: Gathered = undefined;
+            inline for (0..2) |s| {
+                comptime var m: [64]i32 = undefined;
+                inline for (0..16) |j| inline for (0..4) |e| {
+                    const byte = comptime at(16 * k + j) + 4 * s + e;
+                    comptime std.debug.assert(byte >= first and byte < second + 64);
+                    m[4 * j + e] = if (byte < first + 64) byte - first else ~@as(i32, byte - second);
+                };
+                out[s] = @bitCast(@shuffle(u8, a, b, m));
+            }
+            return out;
+        }
+
+        inline fn step(words: Gathered, comptime k: usize, comptime i: usize) @Vector(16, f32) {
+            comptime var shift: [16]u5 = undefined;
+            inline for (0..16) |j| shift[j] = 8 * (i % 4) + if (comptime high(16 * k + j)) 4 else 0;
+            const idx = words[i / 4] >> @as(@Vector(16, u5), shift);
+            return asm (
+                \\ vpermps %[table], %[idx], %[out]
+                : [out] "=v" (-> @Vector(16, f32)),
+                : [table] "v" (table),
+                  [idx] "v" (idx),
+            );
+        }
+    };
 }
 
 /// Groups of lanes whose steps a decoder interleaves (emit's conversions of code_lanes lanes,
@@ -394,12 +512,14 @@ inline fn chunkQ8_0(bs: *const [8]formats.blocks.Q8_0, sink: anytype) void {
 
 /// Q4_0 (q − 8) and IQ4_NL (K[q]): two blocks' nibbles form each 64-value group.
 inline fn chunkNibbles(comptime t: Type, bs: *const [8]formats.Block(t), sink: anytype) void {
+    const d = halves8(formats.Block(t), bs, "d");
+    if (nibbles_by_permute) return emitSteps(NibbleCodes(t){ .chunk = @ptrCast(bs) }, 8, d, .none, @splat(0), sink);
     var g: [4]B64 = undefined;
     inline for (0..4) |k| {
         const nib = nibblePairs(bs[2 * k].qs, bs[2 * k + 1].qs);
         g[k] = if (t == .q4_0) nib -% splat64(8) else lookupIq4(nib);
     }
-    emit(i8, g, 8, halves8(formats.Block(t), bs, "d"), .none, @splat(0), sink);
+    emit(i8, g, 8, d, .none, @splat(0), sink);
 }
 
 inline fn chunkQ5(comptime t: Type, bs: *const [8]formats.Block(t), sink: anytype) void {
@@ -473,6 +593,7 @@ inline fn chunkQ45K(comptime t: Type, b: *const formats.Block(t), sink: anytype)
     const mn = @select(u8, first, r & m63, (q >> @splat(4)) | ((r >> @splat(6)) << @splat(4)));
     const d1 = @as(@Vector(8, f32), @splat(halfField(b.d))) * @as(@Vector(8, f32), @floatFromInt(sc));
     const m1 = @as(@Vector(8, f32), @splat(halfField(b.dmin))) * @as(@Vector(8, f32), @floatFromInt(mn));
+    if (t == .q4_k and nibbles_by_permute) return emitSteps(NibbleCodes(t){ .chunk = @ptrCast(b) }, 8, d1, .sub, m1, sink);
     var g: [4]B64 = undefined;
     inline for (0..4) |k| {
         const qs: @Vector(32, u8) = b.qs[32 * k ..][0..32].*;
@@ -516,6 +637,7 @@ inline fn chunkIQ4XS(b: *const formats.blocks.IQ4_XS, sink: anytype) void {
     const hi = (@as(@Vector(8, u16), @splat(sh)) >> @Vector(8, u16){ 0, 2, 4, 6, 8, 10, 12, 14 }) & @as(@Vector(8, u16), @splat(3));
     const ls: @Vector(8, i32) = @as(@Vector(8, i32), lo) | (@as(@Vector(8, i32), @intCast(hi)) << @splat(4));
     const dl = @as(@Vector(8, f32), @splat(halfField(b.d))) * @as(@Vector(8, f32), @floatFromInt(ls - @as(@Vector(8, i32), @splat(32))));
+    if (nibbles_by_permute) return emitSteps(NibbleCodes(.iq4_xs){ .chunk = @ptrCast(b) }, 8, dl, .none, @splat(0), sink);
     var g: [4]B64 = undefined;
     inline for (0..4) |k| g[k] = lookupIq4(nibblePairs(b.qs[32 * k ..][0..16].*, b.qs[32 * k + 16 ..][0..16].*));
     emit(i8, g, 8, dl, .none, @splat(0), sink);
