@@ -241,22 +241,26 @@ const GroupCodes = struct {
     }
 };
 
-/// Whether the 4-bit formats (Q4_0, IQ4_NL, Q4_K, IQ4_XS) take their codes straight from
-/// their bytes (NibbleCodes): with AVX-512 only, whose float permute reads 16 entries.
+/// Whether the formats of 4-bit codes (Q4_0, IQ4_NL, Q4_K, IQ4_XS) and Q2_K take their codes
+/// straight from their bytes (NibbleCodes): with AVX-512 only, whose float permute reads 16
+/// entries.
 const nibbles_by_permute = has_avx512;
 
-/// A 4-bit format's codes, read from its chunk's bytes with no groups built: for each 16
+/// Codes of 4 bits or fewer, read from a chunk's bytes with no groups built: for each 16
 /// lanes, two byte permutes put each lane's 8 code bytes in its word (4 a permute; for Q4_K
 /// and IQ4_XS a dword shuffle), and each step shifts its nibble to the word's low bits and
 /// looks it up in the format's 16 values as floats (`vpermps`, which reads those 4 bits
-/// alone): two instructions a step where GroupCodes takes a byte shuffle and a conversion,
+/// alone; Q2_K's 2-bit codes take the nibble from theirs up, a table of 4 values repeated):
+/// two instructions a step where GroupCodes takes a byte shuffle and a conversion,
 /// with no split of the nibbles into groups, no move across the 128-bit halves, and no
 /// Q4_0 `− 8` or IQ4 byte lookup. Measured against GroupCodes on a 2-core Intel Xeon with
 /// AVX-512 (2026-12-05), interleaved: Gemma's head (vocab 262144, 3 rounds) IQ4_NL and
 /// IQ4_XS 12–13% less a call at N = 1, 9–11% at N = 2 and 3, 5–10% at N = 8; Q4_K 8%, 6%,
 /// 3% and 6% at N = 1, 2, 3 and 8, Q4_0 6%, 3%, 1% and 3%; at N = 16 and 32 within the
 /// rounds' spread (4 rounds); with the head in L3 (vocab 32768) 8–16% less at N = 1, 4–13%
-/// at N = 2, 3–10% at N = 8, 0–8% at N = 16 and 32 (4 rounds).
+/// at N = 2, 3–10% at N = 8, 0–8% at N = 16 and 32 (4 rounds). Q2_K, the same machine and
+/// rounds: Gemma's head 8%, 10%, 8%, 5% and 1% less at N = 1, 2, 3, 8 and 32; vocab 32768
+/// 10%, 9%, 8% and 1% at N = 1, 2, 8 and 32.
 fn NibbleCodes(comptime t: Type) type {
     const Block = formats.Block(t);
     const qs = @offsetOf(Block, "qs");
@@ -271,14 +275,14 @@ fn NibbleCodes(comptime t: Type) type {
             for (&v, 0..) |*e, q| e.* = switch (t) {
                 .q4_0 => @floatFromInt(@as(i32, @intCast(q)) - 8),
                 .q4_k => @floatFromInt(q),
+                .q2_k => @floatFromInt(q % 4),
                 .iq4_nl, .iq4_xs => @floatFromInt(iq4_values[q]),
                 else => unreachable,
             };
             break :blk v;
         };
 
-        /// Lane l's code of step i: a nibble of byte at(l) + i of the chunk, the high one
-        /// where high(l).
+        /// Lane l's code of step i: bits bit(l).. of byte at(l) + i of the chunk.
         fn at(l: usize) usize {
             return switch (t) {
                 // Lanes 4b..4b+3 hold block b's 32 values: low nibbles of its first and last
@@ -288,21 +292,24 @@ fn NibbleCodes(comptime t: Type) type {
                 .q4_k => qs + 32 * (l / 8) + 8 * (l % 4),
                 // Lanes 4j..4j+3 hold sub-block j's 32 values, as Q4_0's a block's.
                 .iq4_xs => qs + 16 * (l / 4) + 8 * (l % 2),
+                // Lanes 16j..16j+15 hold 128 values: bits 0-1 of 32 bytes, then 2-3, 4-5, 6-7.
+                .q2_k => qs + 32 * (l / 16) + 8 * (l % 4),
                 else => unreachable,
             };
         }
-        fn high(l: usize) bool {
+        fn bit(l: usize) u5 {
             return switch (t) {
-                .q4_0, .iq4_nl, .iq4_xs => l % 4 >= 2,
-                .q4_k => l % 8 >= 4,
+                .q4_0, .iq4_nl, .iq4_xs => 4 * ((l / 2) % 2),
+                .q4_k => 4 * ((l / 4) % 2),
+                .q2_k => 2 * ((l / 4) % 4),
                 else => unreachable,
             };
         }
 
         /// Lanes 16k..16k+15: word j of gathered[s] holds lane 16k+j's code bytes 4s..4s+3,
-        /// picked from the 128 bytes from `first` on (64 at most past the chunk's end).
+        /// picked from two loads of 64 bytes inside the chunk.
         inline fn gather(codes: Codes, comptime k: usize) Gathered {
-            const first: usize = comptime at(16 * k);
+            const first: usize = comptime @min(at(16 * k), chunkBytes(t) - 64);
             const second: usize = comptime @min(first + 64, chunkBytes(t) - 64);
             const a = load(u8, 64, codes.chunk[first..]);
             const b = load(u8, 64, codes.chunk[second..]);
@@ -321,7 +328,7 @@ fn NibbleCodes(comptime t: Type) type {
 
         inline fn step(words: Gathered, comptime k: usize, comptime i: usize) @Vector(16, f32) {
             comptime var shift: [16]u5 = undefined;
-            inline for (0..16) |j| shift[j] = 8 * (i % 4) + if (comptime high(16 * k + j)) 4 else 0;
+            inline for (0..16) |j| shift[j] = 8 * (i % 4) + comptime bit(16 * k + j);
             const idx = words[i / 4] >> @as(@Vector(16, u5), shift);
             return asm (
                 \\ vpermps %[table], %[idx], %[out]
@@ -541,6 +548,7 @@ inline fn chunkQ2K(b: *const formats.blocks.Q2_K, sink: anytype) void {
     const sc: @Vector(16, u8) = b.scales;
     const dl = @as(@Vector(16, f32), @splat(halfField(b.d))) * @as(@Vector(16, f32), @floatFromInt(sc & @as(@Vector(16, u8), @splat(0xf))));
     const ml = @as(@Vector(16, f32), @splat(halfField(b.dmin))) * @as(@Vector(16, f32), @floatFromInt(sc >> @splat(4)));
+    if (nibbles_by_permute) return emitSteps(NibbleCodes(.q2_k){ .chunk = @ptrCast(b) }, 16, dl, .sub, ml, sink);
     var g: [4]B64 = undefined;
     inline for (0..4) |k| {
         const qs: @Vector(32, u8) = b.qs[32 * (k / 2) ..][0..32].*;
