@@ -246,21 +246,20 @@ const GroupCodes = struct {
 /// entries.
 const nibbles_by_permute = has_avx512;
 
-/// Codes of 4 bits or fewer, read from a chunk's bytes with no groups built: for each 16
-/// lanes, two byte permutes put each lane's 8 code bytes in its word (4 a permute; for Q4_K
-/// and IQ4_XS a dword shuffle), and each step shifts its nibble to the word's low bits and
-/// looks it up in the format's 16 values as floats (`vpermps`, which reads those 4 bits
-/// alone; Q2_K's 2-bit codes take the nibble from theirs up, a table of 4 values repeated):
-/// two instructions a step where GroupCodes takes a byte shuffle and a conversion,
-/// with no split of the nibbles into groups, no move across the 128-bit halves, and no
-/// Q4_0 `− 8` or IQ4 byte lookup. Measured against GroupCodes on a 2-core Intel Xeon with
-/// AVX-512 (2026-12-05), interleaved: Gemma's head (vocab 262144, 3 rounds) IQ4_NL and
-/// IQ4_XS 12–13% less a call at N = 1, 9–11% at N = 2 and 3, 5–10% at N = 8; Q4_K 8%, 6%,
-/// 3% and 6% at N = 1, 2, 3 and 8, Q4_0 6%, 3%, 1% and 3%; at N = 16 and 32 within the
-/// rounds' spread (4 rounds); with the head in L3 (vocab 32768) 8–16% less at N = 1, 4–13%
-/// at N = 2, 3–10% at N = 8, 0–8% at N = 16 and 32 (4 rounds). Q2_K, the same machine and
-/// rounds: Gemma's head 8%, 10%, 8%, 5% and 1% less at N = 1, 2, 3, 8 and 32; vocab 32768
-/// 10%, 9%, 8% and 1% at N = 1, 2, 8 and 32.
+/// Codes of 4 bits or fewer, read from a chunk's bytes: for each 16 lanes, two permutes put
+/// each lane's 8 code bytes in its word, 4 a permute (a dword permute where the bytes allow:
+/// Q4_K, IQ4_XS, Q2_K), and each step shifts the lane's code to the word's low bits and looks
+/// it up in the format's values as floats (`vpermps` reads those 4 bits alone; Q2_K's table
+/// repeats its 4 values, so the bits above its code do not matter). A step costs two
+/// instructions, as GroupCodes' byte shuffle and conversion do, but no groups are built: no
+/// split of the nibbles, no move across the 128-bit halves, no Q4_0 `− 8` or IQ4 byte lookup.
+/// Measured against GroupCodes on a 2-core Intel Xeon with AVX-512 (2026-12-05), interleaved:
+/// Gemma's head (vocab 262144, 3 rounds) IQ4_NL and IQ4_XS 12–13% less a call at N = 1, 9–11%
+/// at N = 2 and 3, 5–10% at N = 8; Q4_K 8%, 6%, 3% and 6% at N = 1, 2, 3 and 8, Q4_0 6%, 3%, 1%
+/// and 3%; at N = 16 and 32 within the rounds' spread (4 rounds); with the head in L3 (vocab
+/// 32768) 8–16% less at N = 1, 4–13% at N = 2, 3–10% at N = 8, 0–8% at N = 16 and 32 (4
+/// rounds). Q2_K, the same machine and rounds: Gemma's head 8%, 10%, 8%, 5% and 1% less at N =
+/// 1, 2, 3, 8 and 32; vocab 32768 10%, 9%, 8% and 1% at N = 1, 2, 8 and 32.
 fn NibbleCodes(comptime t: Type) type {
     const Block = formats.Block(t);
     const qs = @offsetOf(Block, "qs");
@@ -307,20 +306,29 @@ fn NibbleCodes(comptime t: Type) type {
         }
 
         /// Lanes 16k..16k+15: word j of gathered[s] holds lane 16k+j's code bytes 4s..4s+3,
-        /// picked from two loads of 64 bytes inside the chunk.
+        /// from two loads of 64 bytes inside the chunk: from the first lane's bytes on and
+        /// from the fifth's (the next block's, for Q4_0's and IQ4_NL's blocks of 18 bytes), so
+        /// that each lane's 4 bytes are a word of one of them and a dword permute picks them.
+        /// Against a word permute from loads 64 bytes apart (Q4_0 and IQ4_NL; the other
+        /// types' bytes are words of one load either way), on a 2-core Intel Xeon, 2026-12-05,
+        /// interleaved: Gemma's head (3 rounds) 5–9% less a call at N = 1, 2 and 8; vocab
+        /// 32768 (6 rounds) Q4_0 6% at N = 1 and 2, level at N = 8, IQ4_NL 9%, 10% and 3%.
         inline fn gather(codes: Codes, comptime k: usize) Gathered {
-            const first: usize = comptime @min(at(16 * k), chunkBytes(t) - 64);
-            const second: usize = comptime @min(first + 64, chunkBytes(t) - 64);
+            const last = comptime chunkBytes(t) - 64;
+            const first: usize = comptime @min(at(16 * k), last);
+            const second: usize = comptime @min(at(16 * k + 4), last);
             const a = load(u8, 64, codes.chunk[first..]);
             const b = load(u8, 64, codes.chunk[second..]);
             var out: Gathered = undefined;
             inline for (0..2) |s| {
                 comptime var m: [64]i32 = undefined;
-                inline for (0..16) |j| inline for (0..4) |e| {
-                    const byte = comptime at(16 * k + j) + 4 * s + e;
-                    comptime std.debug.assert(byte >= first and byte < second + 64);
-                    m[4 * j + e] = if (byte < first + 64) byte - first else ~@as(i32, byte - second);
-                };
+                inline for (0..16) |j| {
+                    const p = comptime at(16 * k + j) + 4 * s;
+                    const in_a = comptime p >= first and p + 4 <= first + 64 and (p - first) % 4 == 0;
+                    const in_b = comptime p >= second and p + 4 <= second + 64 and (p - second) % 4 == 0;
+                    comptime std.debug.assert(in_a or in_b);
+                    inline for (0..4) |e| m[4 * j + e] = if (in_a) p - first + e else ~@as(i32, p - second + e);
+                }
                 out[s] = @bitCast(@shuffle(u8, a, b, m));
             }
             return out;
