@@ -246,20 +246,20 @@ const GroupCodes = struct {
 /// entries.
 const nibbles_by_permute = has_avx512;
 
-/// Codes of 4 bits or fewer, read from a chunk's bytes: for each 16 lanes, two permutes put
-/// each lane's 8 code bytes in its word, 4 a permute (a dword permute where the bytes allow:
-/// Q4_K, IQ4_XS, Q2_K), and each step shifts the lane's code to the word's low bits and looks
-/// it up in the format's values as floats (`vpermps` reads those 4 bits alone; Q2_K's table
-/// repeats its 4 values, so the bits above its code do not matter). A step costs two
-/// instructions, as GroupCodes' byte shuffle and conversion do, but no groups are built: no
-/// split of the nibbles, no move across the 128-bit halves, no Q4_0 `− 8` or IQ4 byte lookup.
-/// Measured against GroupCodes on a 2-core Intel Xeon with AVX-512 (2026-12-05), interleaved:
-/// Gemma's head (vocab 262144, 3 rounds) IQ4_NL and IQ4_XS 12–13% less a call at N = 1, 9–11%
-/// at N = 2 and 3, 5–10% at N = 8; Q4_K 8%, 6%, 3% and 6% at N = 1, 2, 3 and 8, Q4_0 6%, 3%, 1%
-/// and 3%; at N = 16 and 32 within the rounds' spread (4 rounds); with the head in L3 (vocab
-/// 32768) 8–16% less at N = 1, 4–13% at N = 2, 3–10% at N = 8, 0–8% at N = 16 and 32 (4
-/// rounds). Q2_K, the same machine and rounds: Gemma's head 8%, 10%, 8%, 5% and 1% less at N =
-/// 1, 2, 3, 8 and 32; vocab 32768 10%, 9%, 8% and 1% at N = 1, 2, 8 and 32.
+/// Codes of 4 bits or fewer, read from a chunk's bytes: for each 16 lanes, two dword permutes
+/// put each lane's 8 code bytes in its word, 4 a permute (gather), and each step shifts the
+/// lane's code to the word's low bits and looks it up in the format's values as floats
+/// (`vpermps` reads those 4 bits alone; Q2_K's table repeats its 4 values, so the bits above
+/// its code do not matter). A step costs two instructions, as GroupCodes' byte shuffle and
+/// conversion do, but no groups are built: no split of the nibbles, no move across the 128-bit
+/// halves, no Q4_0 `− 8` or IQ4 byte lookup. Measured against GroupCodes on a 2-core Intel Xeon
+/// with AVX-512 (2026-12-05), interleaved: Gemma's head (vocab 262144, 3 rounds) IQ4_NL and
+/// IQ4_XS 12–13% less a call at N = 1, 9–11% at N = 2 and 3, 5–10% at N = 8; Q4_K 8%, 6%, 3%
+/// and 6% at N = 1, 2, 3 and 8, Q4_0 6%, 3%, 1% and 3%; at N = 16 and 32 within the rounds'
+/// spread (4 rounds); with the head in L3 (vocab 32768) 8–16% less at N = 1, 4–13% at N = 2,
+/// 3–10% at N = 8, 0–8% at N = 16 and 32 (4 rounds). Q2_K, the same machine and rounds: Gemma's
+/// head 8%, 10%, 8%, 5% and 1% less at N = 1, 2, 3, 8 and 32; vocab 32768 10%, 9%, 8% and 1% at
+/// N = 1, 2, 8 and 32.
 fn NibbleCodes(comptime t: Type) type {
     const Block = formats.Block(t);
     const qs = @offsetOf(Block, "qs");
