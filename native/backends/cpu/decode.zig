@@ -405,33 +405,30 @@ inline fn part(comptime E: type, comptime n: usize, v: anytype, comptime i: usiz
 /// comptime indices only, hence the asm. Measured on a 2-core AMD EPYC (Zen 1), vocab 32768
 /// × hidden 2816, A-B-A-B, three times: IQ4_NL and IQ4_XS 55–57% less a call at N = 1
 /// (IQ4_NL 27.8 → 12.0 ms), 43–52% at N = 2, 25–33% at N = 8, 12–13% at N = 32; Q4_0, the
-/// same decoder but the lookup, unchanged. With AVX-512 one shuffle takes all 64 bytes:
-/// against the select tree on a 2-core AMD EPYC (Zen 4), vocab 32768, 4 interleaved rounds,
-/// IQ4_NL and IQ4_XS 34–37% less a call at N = 1 and 2, 18% at N = 8, level at N = 32.
+/// same decoder but the lookup, unchanged. With AVX-512 these types take NibbleCodes'
+/// float lookup instead.
 const iq4_by_shuffle = builtin.cpu.arch == .x86_64 and std.Target.x86.featureSetHas(builtin.cpu.features, .avx2);
-const iq4_shuffle_bytes = if (iq4_by_shuffle and std.Target.x86.featureSetHas(builtin.cpu.features, .avx512bw)) 64 else 32;
 
 /// 16-entry lookup (IQ4 codebook) of nibbles: each index byte (below 16) replaced by its
 /// entry's bits.
 inline fn lookupIq4(idx: @Vector(64, u8)) @Vector(64, u8) {
     const B = @Vector(64, u8);
     if (iq4_by_shuffle) {
-        const n = iq4_shuffle_bytes;
-        const table: @Vector(n, u8) = comptime blk: {
-            var entries: [n]u8 = undefined;
+        const table: @Vector(32, u8) = comptime blk: {
+            var entries: [32]u8 = undefined;
             for (&entries, 0..) |*e, i| e.* = @bitCast(iq4_values[i % 16]);
             break :blk entries;
         };
-        var parts: [64 / n]@Vector(n, u8) = undefined;
-        inline for (0..64 / n) |h| {
+        var parts: [2]@Vector(32, u8) = undefined;
+        inline for (0..2) |h| {
             parts[h] = asm (
                 \\ vpshufb %[idx], %[table], %[out]
-                : [out] "=v" (-> @Vector(n, u8)),
+                : [out] "=v" (-> @Vector(32, u8)),
                 : [table] "v" (table),
-                  [idx] "v" (part(u8, n, idx, h)),
+                  [idx] "v" (part(u8, 32, idx, h)),
             );
         }
-        return if (n == 64) parts[0] else concat(u8, 32, parts[0], parts[1]);
+        return concat(u8, 32, parts[0], parts[1]);
     }
     const bit = struct {
         inline fn f(x: B, comptime b: u3) @Vector(64, bool) {
