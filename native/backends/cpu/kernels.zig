@@ -620,13 +620,13 @@ inline fn storePart(accs: []Lanes, i: usize, comptime q: usize, v: SweepVector) 
 /// less a call at N = 8, 16 and 32, F16 1-10%, BF16 1-12%; Q8_0 from 9% less to 1% more,
 /// Q6_K level at N = 8 and Q4_0 2% more there (one run); at vocab 65536 (2 rounds, N = 8
 /// and 16) Q5_0, Q5_1 and IQ4_NL 0-6% less, Q4_K, Q5_K, IQ4_XS, Q2_K and Q3_K up to 8% more,
-/// so only the dense types, with the most bytes a weight, take it. Tried and slower: 3 tiles
-/// ahead (from 11% less to 3% more, Gemma's head, one run); a line every step, or every
-/// third (level to 10% less at vocab 65536, less than every second); the next tile (level to
-/// 6% less); the decoder's requests moved into the sweeps instead, the next tile's lines
-/// spread over their steps (13% more, F16 N = 8); the decoder asking for the same chunk 2
-/// blocks ahead in its own row instead of in the next tile (7-34% more); no prefetch in
-/// tiles at all (12-54% more). With 256-bit vectors (the AVX2 level on the same Xeon,
+/// so only the dense types, with the most bytes a weight, take it. Tried, and slower than
+/// this: 3 tiles ahead (from 11% less to 3% more, Gemma's head, one run); a line every step,
+/// or every third (level to 10% less at vocab 65536, less than every second); the next tile
+/// (level to 6% less); the decoder's requests moved into the sweeps instead, the next
+/// tile's lines spread over their steps (13% more, F16 N = 8); the decoder asking for the
+/// same chunk 2 blocks ahead in its own row instead of in the next tile (7-34% more); no
+/// prefetch in tiles at all (12-54% more). With 256-bit vectors (the AVX2 level on the same Xeon,
 /// vocab 65536, 2 rounds) F32 5-10% less a call at N = 4 and 8, the others level there and
 /// 5-6% more at N = 32: not taken.
 fn sweepPrefetches(comptime t: formats.Type) bool {
@@ -644,7 +644,7 @@ const SweepPrefetch = struct {
     inline fn step(s: *SweepPrefetch) void {
         s.steps +%= 1;
         if (s.steps % sweep_prefetch_steps != 0 or s.lines_left == 0) return;
-        @prefetch(s.next, .{ .locality = 2 });
+        prefetchBytes(s.next, 64, .l2);
         s.next += 64;
         s.lines_left -= 1;
     }
