@@ -190,7 +190,10 @@ fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
 /// slower); blocks of 3 or 4 chunks were slower than 2 again. The AVX2 level, with its
 /// one-register accumulators (sweep_parts), takes 6 rows too: 0–4% faster than 8 (3 + 3 + 2)
 /// for Q8_0, F16, Q4_K and Q6_K at N = 3 to 32 on a 2-core AMD EPYC (Zen 1), vocab 32768,
-/// A-B-A-B.
+/// A-B-A-B. Larger tiles, whose inputs serve more sweeps from L1, were slower again on a
+/// 2-core Intel Xeon (AVX-512), Gemma's head, 2 interleaved rounds, N = 8, 16 and 32
+/// (2026-12-05, tasks of 72 rows): 9 rows from 3% less a call (Q6_K, N = 8) to 22% more
+/// (F16, Q8_0, Q6_K), 12 rows 5–35% more, most at N = 32, where their accumulators fill L1.
 const tile_rows_max = 6;
 /// Tile rows a sweep takes at once against a group of batch rows: 3 × 4 accumulators (24
 /// registers) with 512-bit vectors, where 2 × 4 loaded 12 vectors per 16 fmas and 3 × 4
@@ -626,9 +629,11 @@ inline fn storePart(accs: []Lanes, i: usize, comptime q: usize, v: SweepVector) 
 /// (level to 6% less); the decoder's requests moved into the sweeps instead, the next
 /// tile's lines spread over their steps (13% more, F16 N = 8); the decoder asking for the
 /// same chunk 2 blocks ahead in its own row instead of in the next tile (7-34% more); no
-/// prefetch in tiles at all (12-54% more). With 256-bit vectors (the AVX2 level on the same Xeon,
-/// vocab 65536, 2 rounds) F32 5-10% less a call at N = 4 and 8, the others level there and
-/// 5-6% more at N = 32: not taken.
+/// prefetch in tiles at all (12-54% more); the tile's lines spread evenly over its steps
+/// (every step at N = 8, every second to fifth at N = 32), with Q8_0 too: F16 1-8% more,
+/// F32 4% less to 5% more, Q8_0 3% less to 2% more (2 rounds, 2026-12-05). With 256-bit
+/// vectors (the AVX2 level on the same Xeon, vocab 65536, 2 rounds) F32 5-10% less a call
+/// at N = 4 and 8, the others level there and 5-6% more at N = 32: not taken.
 fn sweepPrefetches(comptime t: formats.Type) bool {
     return elementwise_width >= 16 and formats.of(t).block_values == 1;
 }
