@@ -617,9 +617,9 @@ inline fn storePart(accs: []Lanes, i: usize, comptime q: usize, v: SweepVector) 
 /// Whether a tile's sweeps ask for the bytes of the tile after next into L2, a line every
 /// `sweep_prefetch_steps` steps (SweepPrefetch), so that memory goes on reading while the
 /// fmas run: the decoder's own requests (a tile ahead, `tile`) come in bursts between the
-/// sweeps. In a profile of F16 at N = 8 on a 2-core Intel Xeon (AVX-512) 76% of the samples
-/// fell in the decoding, most on its loads and prefetches; decoding alone took as long as a
-/// one-row call, and the sweeps added their whole time to it. Measured there, Gemma's head,
+/// sweeps. On a 2-core Intel Xeon (AVX-512), with the sweeps taken out, F16's and Q8_0's
+/// tiles at N = 8 took as long as their one-row calls, and the sweeps added their whole time
+/// to that (docs/CPU.md). Measured there, Gemma's head,
 /// two runs of 3 interleaved rounds (2026-12-05), against the tiles without it: F32 4-10%
 /// less a call at N = 8, 16 and 32, F16 1-10%, BF16 1-12%; Q8_0 from 9% less to 1% more,
 /// Q6_K level at N = 8 and Q4_0 2% more there (one run); at vocab 65536 (2 rounds, N = 8
@@ -640,8 +640,9 @@ fn sweepPrefetches(comptime t: formats.Type) bool {
 }
 
 /// The requests of a tile's sweeps: the next line of the tile after next, every
-/// sweep_prefetch_steps steps, until all of it is asked for. A hint: it never faults, even
-/// past the end of the weights.
+/// sweep_prefetch_steps steps, until all of it is asked for or the tile ends (at N = 8 its
+/// sweeps reach part of it; the decoder asks for the whole tile when it is the next). A hint:
+/// it never faults, even past the end of the weights.
 const SweepPrefetch = struct {
     next: [*]const u8,
     lines_left: usize,
