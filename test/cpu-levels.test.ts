@@ -21,7 +21,7 @@ const script = `
     const bytes = synthBlocks(typeId, hidden * vocab, new Rng(typeId), { rms: 0.3 });
     const norm = randomF32(hidden, rng(typeId), 0.3).map((x) => 1 + x);
     using head = buildHead(device, hidden, vocab, typeId, bytes, dequantize(typeId, bytes), norm, 30, false);
-    for (const n of [1, 2, 3, 5, 7, 9]) {
+    for (const n of [1, 2, 3, 5, 7, 8, 9, 10, 11, 16, 33]) {
       const out = head.weights.lmHeadBatched(randomF32(n * hidden, rng(n), 2), n, new Float32Array(n * vocab));
       hash.update(new Uint8Array(out.logits.buffer));
     }
