@@ -188,7 +188,9 @@ fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
 /// filled 32 KiB of the 48 KiB L1): interleaved, vocab 131072, N = 5 to 64, Q8_0 5–9%,
 /// F16 3–8%, BF16 1–11%, Q2_K 1–4% faster, Q4_K and Q6_K 0–5% at N ≥ 8 (Q6_K N = 5 4%
 /// slower); blocks of 3 or 4 chunks were slower than 2 again (and on a 2-core Intel Xeon
-/// with AMX, 2026-12-05: docs/CPU.md). The AVX2 level, with its one-register accumulators
+/// with AMX, 2026-12-05: docs/CPU.md; there again with the last block reduced from the
+/// registers, 2026-12-06, Gemma's head, 2 rounds: F16 9% and 4% more a call at N = 8 and 16,
+/// Q8_0 6% less at N = 32, the other cells within 2%). The AVX2 level, with its one-register accumulators
 /// (sweep_parts), takes 6 rows too: 0–4% faster than 8 (3 + 3 + 2) for Q8_0, F16, Q4_K and
 /// Q6_K at N = 3 to 32 on a 2-core AMD EPYC (Zen 1), vocab 32768, A-B-A-B. Larger tiles,
 /// whose inputs serve more sweeps from L1, were slower again on a 2-core Intel Xeon
