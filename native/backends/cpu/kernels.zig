@@ -190,13 +190,13 @@ fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
 /// slower); blocks of 3 or 4 chunks were slower than 2 again (and on a 2-core Intel Xeon
 /// with AMX, 2026-12-05: docs/CPU.md; there again with the last block reduced from the
 /// registers, 2026-12-06, Gemma's head, 2 rounds: F16 9% and 4% more a call at N = 8 and 16,
-/// Q8_0 6% less at N = 32, the other cells within 2%). The AVX2 level, with its one-register accumulators
-/// (sweep_parts), takes 6 rows too: 0–4% faster than 8 (3 + 3 + 2) for Q8_0, F16, Q4_K and
-/// Q6_K at N = 3 to 32 on a 2-core AMD EPYC (Zen 1), vocab 32768, A-B-A-B. Larger tiles,
-/// whose inputs serve more sweeps from L1, were slower again on a 2-core Intel Xeon
-/// (AVX-512), Gemma's head, 2 interleaved rounds, N = 8, 16 and 32 (2026-12-05, tasks of 72
-/// rows): 9 rows from 3% less a call (Q6_K, N = 8) to 22% more (F16, Q8_0, Q6_K), 12 rows
-/// 5–35% more, most at N = 32, where their accumulators fill L1.
+/// Q8_0 6% less at N = 32, the other cells within 2%). The AVX2 level, with its one-register
+/// accumulators (sweep_parts), takes 6 rows too: 0–4% faster than 8 (3 + 3 + 2) for Q8_0,
+/// F16, Q4_K and Q6_K at N = 3 to 32 on a 2-core AMD EPYC (Zen 1), vocab 32768, A-B-A-B.
+/// Larger tiles, whose inputs serve more sweeps from L1, were slower again on a 2-core Intel
+/// Xeon (AVX-512), Gemma's head, 2 interleaved rounds, N = 8, 16 and 32 (2026-12-05, tasks
+/// of 72 rows): 9 rows from 3% less a call (Q6_K, N = 8) to 22% more (F16, Q8_0, Q6_K), 12
+/// rows 5–35% more, most at N = 32, where their accumulators fill L1.
 const tile_rows_max = 6;
 /// Tile rows a sweep takes at once against a group of batch rows: 3 × 4 accumulators (24
 /// registers) with 512-bit vectors, where 2 × 4 loaded 12 vectors per 16 fmas and 3 × 4
