@@ -36,6 +36,8 @@ export interface BenchOptions {
   progress: boolean;
   /** A peer timed side by side (--peer), or null. */
   peer: PeerOptions | null;
+  /** Time only the N-row calls, not also N one-row calls each (--batched-only). */
+  batchedOnly: boolean;
 }
 
 export interface BenchRow {
@@ -56,8 +58,9 @@ export interface BenchRow {
   /** ms(N) / ms(1). */
   timeVsN1: number | null;
   /** N one-row calls, ms (median), and that over one N-row call. */
-  scalarMs: number;
-  scalarOverBatched: number;
+  /** N one-row calls (the N-row call's own time at N = 1); null with --batched-only. */
+  scalarMs: number | null;
+  scalarOverBatched: number | null;
 }
 
 export interface BenchResult {
@@ -82,6 +85,7 @@ export const benchFlags: FlagSpec[] = [
   { name: "hidden", value: "H", help: "hidden size (default 2816; must be whole blocks of every type benched)" },
   { name: "iterations", value: "I", help: "measured iterations per task (default 3; the median is reported)" },
   { name: "warmup", value: "W", help: "warm-up iterations per task (default 1)" },
+  { name: "batched-only", help: "time only the N-row calls, not also N one-row calls for each N (no scalar/batched):\nso that a profile of the run samples the batched path alone" },
   { name: "out", value: "DIR", help: "directory for head-bench[-<backend>]-<vocab>x<hidden>.json and .svg\n(peer-<name>[-<backend>][-<buffer>]-… with --peer; the backend when not cpu;\ndefault bench/results/)" },
   ...peerFlags,
   ...commonFlags,
@@ -90,7 +94,8 @@ export const benchFlags: FlagSpec[] = [
 export const benchUsage = `usage: lmhead bench [flags]
 
 Times the batched head (final norm, head matmul in the stored type, softcap 30) on seeded
-random-but-valid weights of each type, for each N: one N-row call, and N one-row calls.
+random-but-valid weights of each type, for each N: one N-row call, and N one-row calls
+(unless --batched-only).
 
 flags:
 ${flagHelp(benchFlags)}`;
@@ -143,6 +148,7 @@ export function parseBenchArgs(argv: string[]): BenchOptions | "help" {
     probeBytes,
     progress: !flags.has("no-progress"),
     peer,
+    batchedOnly: flags.has("batched-only"),
   };
 }
 
@@ -198,7 +204,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       for (const n of o.rows) {
         const input = inputs.get(n)!;
         tasks.push({ name: `batched N=${n}`, run: () => void weights.lmHeadBatched(input, n) });
-        if (n > 1) {
+        if (n > 1 && !o.batchedOnly) {
           tasks.push({ name: `scalar N=${n}`, run: () => {
             for (let r = 0; r < n; r++) weights.lmHeadBatched(singles[r]!, 1);
           } });
@@ -211,7 +217,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
       const ms1 = o.rows.includes(1) ? median("batched N=1").p50 : null;
       for (const n of o.rows) {
         const lat = median(`batched N=${n}`);
-        const scalar = n > 1 ? median(`scalar N=${n}`).p50 : lat.p50;
+        const scalar = n === 1 ? lat.p50 : o.batchedOnly ? null : median(`scalar N=${n}`).p50;
         const gbs = bytes / 1e6 / lat.p50;
         const fmaFloorMs = fmasPerSecond ? (n * o.vocab * o.hidden) / fmasPerSecond * 1e3 : null;
         const rowFloorMs = floorMs !== null && fmaFloorMs !== null ? Math.max(floorMs, fmaFloorMs) : null;
@@ -229,7 +235,7 @@ export async function runBench(o: BenchOptions, log: (line: string) => void = ()
           percentOfFloor: rowFloorMs !== null ? (100 * rowFloorMs) / lat.p50 : null,
           timeVsN1: ms1 !== null ? lat.p50 / ms1 : null,
           scalarMs: scalar,
-          scalarOverBatched: scalar / lat.p50,
+          scalarOverBatched: scalar === null ? null : scalar / lat.p50,
         });
       }
       if (peer) await peer.runType(weights, hiddenRows, (task) => bar.update(++done, `${f.name} ${task}`));
@@ -265,7 +271,7 @@ export function formatBenchTable(r: BenchResult): string {
     row.floorMs === null ? "n/a" : fixed(row.floorMs, 2),
     row.percentOfFloor === null ? "n/a" : `${fixed(row.percentOfFloor, 1)}%`,
     fixed(row.timeVsN1, 2),
-    fixed(row.scalarOverBatched, 2),
+    row.scalarOverBatched === null ? "—" : fixed(row.scalarOverBatched, 2),
   ]);
   return textTable(header, body);
 }

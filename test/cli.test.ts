@@ -245,6 +245,19 @@ describe("lmhead bench", () => {
     expect(existsSync(join(out, "head-bench-512x256.json"))).toBe(true);
   });
 
+  test("--batched-only times the N-row calls alone", () => {
+    const out = join(dir, "bench-batched-only");
+    const r = lmhead("bench", "--types", "Q8_0", "--vocab", "512", "--hidden", "256", "--rows", "1,4", "--iterations", "2", "--warmup", "0", "--probe-mib", "0", "--batched-only", "--out", out);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^Q8_0\s+4\s+\d+\.\d+.*\s—$/m);
+    const json = JSON.parse(readFileSync(join(out, "head-bench-512x256.json"), "utf8"));
+    const [one, four] = json.rows;
+    expect(four).toMatchObject({ type: "Q8_0", n: 4, scalarMs: null, scalarOverBatched: null });
+    expect(four.ms).toBeGreaterThan(0);
+    // N = 1 is its own one-row call.
+    expect(one.scalarMs).toBe(one.ms);
+  });
+
   test("--help documents every flag", () => {
     const r = lmhead("bench", "--help");
     expect(r.code).toBe(0);
