@@ -271,7 +271,10 @@ const vocab_rows_per_task = 64;
 /// KiB read F32 10-12% less at N = 1 and 2 in one run (3 rounds), then 6-8% more, and F16 and
 /// BF16 38-52% more at N = 3, in the next (4 rounds, 9 types at N = 1 to 3).
 /// Every line is asked for: on that Zen 4 one line in 2 or 4 took up to 55% more a call at
-/// N = 8 (every type measured: F32, F16, BF16, Q8_0, Q6_K, Q4_K); none in the small
+/// N = 8 (every type measured: F32, F16, BF16, Q8_0, Q6_K, Q4_K), and on a 2-core Intel Xeon
+/// (AVX-512, AMX; 2026-12-06, Gemma's head, 2 interleaved rounds) a tile asking for the first
+/// line of each chunk only, the hardware's prefetchers left the rest, 13–28% more at N = 8
+/// (F16, Q4_0, Q6_K, Q8_0) and from 4% less to 9% more at N = 16 and 32; none in the small
 /// batches' loop took F32 and Q8_0 12–15% less at N = 1 (3 interleaved rounds; 8% and 4% in
 /// 8 more), but BF16 26% more there and F16, BF16 and Q8_0 26–55% more at N = 2. Nor for F32
 /// and Q8_0 at N = 1 alone (7% and 9% less there in 4 rounds, 2026-12-05): on a 16-core Intel
