@@ -207,6 +207,11 @@ const tile_rows_max = 6;
 const tile_rows_per_sweep = 3;
 /// Batch rows a sweep takes at once: 3 tile rows × 4 batch rows of accumulators, with the
 /// tile rows' weights in registers and each batch row's inputs an operand of their fmas.
+/// A group's inputs come from L2 (`bench/cpu_floor.zig`'s sweep: 62% of the fma rate so, 69%
+/// from L1, on a 2-core Intel Xeon with AVX-512); asking for the next group's into L1 during
+/// a group's sweeps, a line of each of its 4 rows a step, was slower there: Gemma's head,
+/// 2 interleaved rounds (2026-12-06), from 2% less to 8% more a call at N = 8 to 64 (Q8_0,
+/// F16, Q6_K, Q4_0; 1–8% more at N = 8 to 32).
 const sweep_group_rows = 4;
 /// Lanes of the vectors a sweep holds its accumulators in. With 512-bit vectors, one
 /// register's width: as 32-lane vectors LLVM moved every accumulator to another register
