@@ -7,7 +7,6 @@ test {
     _ = @import("numerics/math.zig");
     _ = @import("numerics/flush.zig");
     _ = @import("backends/cpu/float_env.zig");
-    _ = @import("backends/cpu/kernels.zig");
     _ = @import("kernels/lint.zig");
     _ = @import("kernels/emulator.zig");
     _ = @import("kernels/parity_test.zig");

@@ -43,6 +43,50 @@ pub inline fn reduce(partials: Lanes) f32 {
     return halves(1, halves(2, halves(4, halves(8, halves(16, partials)))))[0];
 }
 
+/// reduce of each of k ≤ 16 partials held as two 16-lane halves (lanes 0-15, 16-31), the
+/// butterfly's adds made for several at once: each step adds, for two vectors' sums, the
+/// upper half of their lanes to the lower (the same operands in the same order as reduce),
+/// into one vector of twice as many sums. Sum o ends in lane manyLane(o); the lanes of the
+/// padding past k hold no sum.
+pub inline fn reduceMany(comptime k: usize, partials: [k][2]@Vector(16, f32)) @Vector(16, f32) {
+    comptime std.debug.assert(k >= 1 and k <= 16);
+    var v: [16]@Vector(16, f32) = @splat(@splat(0));
+    inline for (0..k) |o| v[o] = partials[o][0] + partials[o][1]; // partners l^16
+    comptime var n = k;
+    inline for (many_masks) |m| {
+        inline for (0..(n + 1) / 2) |i| {
+            v[i] = @shuffle(f32, v[2 * i], v[2 * i + 1], m[0]) + @shuffle(f32, v[2 * i], v[2 * i + 1], m[1]);
+        }
+        n = (n + 1) / 2;
+    }
+    return v[0];
+}
+
+/// The lane of reduceMany's result that holds sum o: a 4 × 4 transpose.
+pub fn manyLane(o: usize) usize {
+    return 4 * (o % 4) + o / 4;
+}
+
+/// The masks of reduceMany's steps, for partners l^8, l^4, l^2 and l^1: the lower and the
+/// upper lanes of each sum's group of 2·half, from both vectors (negative indices pick the
+/// second).
+const many_masks = blk: {
+    var masks: [4][2]@Vector(16, i32) = undefined;
+    for (&masks, .{ 8, 4, 2, 1 }) |*m, half| for (0..2) |upper| for (0..16) |lane| {
+        // Steps of 8 and 4 lanes keep the sums in order (first vector's, then second's);
+        // steps of 2 and 1 interleave them within each 128-bit unit, as vshufps does.
+        const from_b, const src = if (half >= 4) .{
+            lane / half >= 8 / half,
+            (lane / half % (8 / half)) * 2 * half + upper * half + lane % half,
+        } else .{
+            lane % 4 >= 2,
+            lane / 4 * 4 + (if (half == 2) upper * 2 + lane % 2 else upper + lane % 2 * 2),
+        };
+        m[upper][lane] = if (from_b) ~@as(i32, src) else @as(i32, src);
+    };
+    break :blk masks;
+};
+
 /// Lanes [0, n) of v plus lanes [n, 2n): one step of the butterfly, for the lanes below n.
 inline fn halves(comptime n: usize, v: @Vector(2 * n, f32)) @Vector(n, f32) {
     comptime var low: [n]i32 = undefined;
@@ -96,5 +140,26 @@ test "reduce is lane 0 of the whole butterfly" {
             for (&v, 0..) |*x, l| x.* = before[l] + before[l ^ distance];
         }
         try std.testing.expectEqual(@as(u32, @bitCast(v[0])), @as(u32, @bitCast(reduce(partials))));
+    }
+}
+
+test "reduceMany gives each sum reduce's bits" {
+    @setEvalBranchQuota(10000);
+    var prng = std.Random.DefaultPrng.init(0x5eed);
+    const random = prng.random();
+    inline for (1..17) |k| {
+        for (0..50) |_| {
+            var partials: [k][2]@Vector(16, f32) = undefined;
+            var whole: [k]Lanes = undefined;
+            for (0..k) |o| {
+                var v: [lane_count]f32 = undefined;
+                // Wide exponents, so that the order of the adds shows in the rounding.
+                for (&v) |*x| x.* = (random.float(f32) - 0.5) * std.math.pow(f32, 2, @floatFromInt(random.intRangeAtMost(i32, -30, 30)));
+                whole[o] = v;
+                partials[o] = .{ v[0..16].*, v[16..32].* };
+            }
+            const sums: [16]f32 = reduceMany(k, partials);
+            for (0..k) |o| try std.testing.expectEqual(@as(u32, @bitCast(reduce(whole[o]))), @as(u32, @bitCast(sums[manyLane(o)])));
+        }
     }
 }

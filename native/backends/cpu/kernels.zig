@@ -614,9 +614,9 @@ fn MatvecKernel(comptime t: formats.Type) type {
                     inline for (0..count) |tr| inline for (0..group) |g| {
                         held[tr * group + g] = acc[tr][g];
                     };
-                    const sums: [16]f32 = reduceHeld(count * group, held);
+                    const sums: [16]f32 = lanes.reduceMany(count * group, held);
                     inline for (0..count) |tr| inline for (0..group) |g| {
-                        job.output[(first_row + g) * job.p.vocab + first + first_t + tr] = sums[comptime heldLane(tr * group + g)];
+                        job.output[(first_row + g) * job.p.vocab + first + first_t + tr] = sums[comptime lanes.manyLane(tr * group + g)];
                     };
                 } else inline for (0..count) |tr| inline for (0..group) |g| inline for (0..sweep_parts) |p| {
                     storePart(accs, (first_t + tr) * rows + first_row + g, pass * sweep_parts + p, acc[tr][g][p]);
@@ -626,60 +626,16 @@ fn MatvecKernel(comptime t: formats.Type) type {
     };
 }
 
-/// Whether a tile's last block reduces its outputs from the sweeps' registers (reduceHeld),
-/// instead of storing its accumulators and reading them back one output at a time: with
-/// 512-bit vectors, where a pass holds all 32 lanes of each. Measured on a 2-core Intel Xeon
-/// with AVX-512 and AMX (2026-12-06), Gemma's head, only the N-row call timed, interleaved
-/// with the tiles before it (2 to 4 rounds, two runs): 3–10% less a call at N = 64 (F16,
-/// BF16, F32, Q8_0, Q6_K, Q4_K, Q4_0), 1–8% at N = 32 and 2–9% at N = 16, from 4% less to
-/// 3% more at N = 8 (level in a third run, 4 rounds: 0–4% less). A time profile there (Q8_0,
-/// vocab 65536) had put 4–6% of a tile's samples at N = 8 and 32 on the old reduction and
-/// 10–15% on the accumulators' round trips (docs/CPU.md).
+/// Whether a tile's last block reduces its outputs from the sweeps' registers, several a
+/// vector (lanes.reduceMany), instead of storing its accumulators and reading them back one
+/// output at a time: with 512-bit vectors, where a pass holds all 32 lanes of each. Measured
+/// on a 2-core Intel Xeon with AVX-512 and AMX (2026-12-06), Gemma's head, only the N-row
+/// call timed, interleaved with the tiles before it (2 to 4 rounds, two runs): 3–10% less a
+/// call at N = 64 (F16, BF16, F32, Q8_0, Q6_K, Q4_K, Q4_0), 1–8% at N = 32 and 2–9% at
+/// N = 16, from 4% less to 3% more at N = 8 (level in a third run, 4 rounds: 0–4% less). A
+/// time profile there (Q8_0, vocab 65536) had put 4–6% of a tile's samples at N = 8 and 32
+/// on the old reduction and 10–15% on the accumulators' round trips (docs/CPU.md).
 const reduces_held = sweep_width == 16 and sweep_parts == 2;
-
-/// lanes.reduce of each of k ≤ 16 accumulators (lanes 0-15, 16-31), the butterfly's adds made
-/// for several outputs at once: each step adds, for two vectors' outputs, the upper half of
-/// their lanes to the lower (the same operands in the same order as lanes.reduce), into one
-/// register of twice as many outputs. Output o ends in lane heldLane(o); the lanes of the
-/// padding past k hold no output.
-inline fn reduceHeld(comptime k: usize, acc: [k][2]@Vector(16, f32)) @Vector(16, f32) {
-    comptime std.debug.assert(k >= 1 and k <= 16);
-    var v: [16]@Vector(16, f32) = @splat(@splat(0));
-    inline for (0..k) |o| v[o] = acc[o][0] + acc[o][1]; // partners l^16
-    comptime var n = k;
-    inline for (pair_masks) |m| {
-        inline for (0..(n + 1) / 2) |i| {
-            v[i] = @shuffle(f32, v[2 * i], v[2 * i + 1], m[0]) + @shuffle(f32, v[2 * i], v[2 * i + 1], m[1]);
-        }
-        n = (n + 1) / 2;
-    }
-    return v[0];
-}
-
-/// The lane of reduceHeld's result that holds output o: a 4 × 4 transpose.
-fn heldLane(o: usize) usize {
-    return 4 * (o % 4) + o / 4;
-}
-
-/// The masks of reduceHeld's steps, for partners l^8, l^4, l^2 and l^1: the lower and the
-/// upper lanes of each output's group of 2·half, from both vectors (negative indices pick
-/// the second).
-const pair_masks = blk: {
-    var masks: [4][2]@Vector(16, i32) = undefined;
-    for (&masks, .{ 8, 4, 2, 1 }) |*m, half| for (0..2) |upper| for (0..16) |lane| {
-        // Steps of 8 and 4 lanes keep the outputs in order (first vector's, then second's);
-        // steps of 2 and 1 interleave them within each 128-bit unit, as vshufps does.
-        const from_b, const src = if (half >= 4) .{
-            lane / half >= 8 / half,
-            (lane / half % (8 / half)) * 2 * half + upper * half + lane % half,
-        } else .{
-            lane % 4 >= 2,
-            lane / 4 * 4 + (if (half == 2) upper * 2 + lane % 2 else upper + lane % 2 * 2),
-        };
-        m[upper][lane] = if (from_b) ~@as(i32, src) else @as(i32, src);
-    };
-    break :blk masks;
-};
 
 /// Lanes [q·sweep_width, +sweep_width) of accumulator i.
 inline fn loadPart(accs: []const Lanes, i: usize, comptime q: usize) SweepVector {
@@ -805,25 +761,4 @@ fn fmaProbe(job: *FmaProbeJob, worker: u32) void {
     var sum: Wide = @splat(0);
     for (acc) |a| sum += a;
     job.sinks[worker] = @reduce(.Add, sum);
-}
-
-test "reduceHeld gives each output lanes.reduce's bits" {
-    @setEvalBranchQuota(10000);
-    var prng = std.Random.DefaultPrng.init(0x5eed);
-    const r = prng.random();
-    inline for (1..17) |k| {
-        for (0..50) |_| {
-            var acc: [k][2]@Vector(16, f32) = undefined;
-            var whole: [k]Lanes = undefined;
-            for (0..k) |o| {
-                var a: [32]f32 = undefined;
-                // Mixed magnitudes, so that a different order of the adds changes bits.
-                for (&a) |*x| x.* = (r.float(f32) - 0.5) * std.math.pow(f32, 2, @floatFromInt(r.intRangeAtMost(i32, -30, 30)));
-                whole[o] = a;
-                acc[o] = .{ a[0..16].*, a[16..32].* };
-            }
-            const sums: [16]f32 = reduceHeld(k, acc);
-            for (0..k) |o| try std.testing.expectEqual(@as(u32, @bitCast(lanes.reduce(whole[o]))), @as(u32, @bitCast(sums[heldLane(o)])));
-        }
-    }
 }
