@@ -21,6 +21,7 @@ pub fn Emulator(comptime prefix: []const u8) type {
         const kernel_index_c = @extern(*const fn ([*]const u8, u64) callconv(.c) c_int, .{ .name = prefix ++ "_kernel_index" });
         const rsqrt_c = @extern(*const fn ([*]const f32, [*]f32, u64) callconv(.c) void, .{ .name = prefix ++ "_rsqrt" });
         const tanh_c = @extern(*const fn ([*]const f32, [*]f32, u64) callconv(.c) void, .{ .name = prefix ++ "_tanh" });
+        const decode_c = @extern(*const fn (u32, [*]const u8, *[256]f32) callconv(.c) void, .{ .name = prefix ++ "_decode" });
         const layout_entry_c = @extern(*const fn (u32, *[*:0]const u8, *u64) callconv(.c) c_int, .{ .name = prefix ++ "_layout_entry" });
         const bulk_stage_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_bulk_stage_bytes" });
         const area_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_area_bytes" });
@@ -64,6 +65,15 @@ pub fn Emulator(comptime prefix: []const u8) type {
         pub fn tanh(x: []const f32, y: []f32) void {
             std.debug.assert(x.len == y.len);
             tanh_c(x.ptr, y.ptr, x.len);
+        }
+
+        /// One chunk of a quantized row (4-byte aligned) decoded as the kernel source's lanes
+        /// decode it, each with its own scale.
+        pub fn decode(t: formats.Type, chunk: []const u8, values: *[256]f32) void {
+            const f = formats.format(@backingInt(t)).?;
+            std.debug.assert(f.block_values > 1 and chunk.len == 256 / f.block_values * f.block_bytes);
+            std.debug.assert(@intFromPtr(chunk.ptr) % 4 == 0);
+            decode_c(@backingInt(t), chunk.ptr, values);
         }
 
         /// kernels.h's bytes of a bulk stage for vocab rows of `row_bytes` (a build with a bulk
@@ -219,6 +229,34 @@ fn expectSameFunction(comptime name: []const u8, inputs: []const f32, outputs: [
             if (w == g) continue;
             std.debug.print("{s}(0x{x:0>8}): math.zig 0x{x:0>8}, kernel source 0x{x:0>8}\n", .{ name, @as(u32, @bitCast(inputs[i + k])), w, g });
             return error.TestExpectedEqual;
+        }
+    }
+}
+
+test "the kernel source's decoders equal formats.zig for every f16 scale" {
+    // Every block of a chunk takes one f16 pattern as its d, each of the 2^16 in turn (both
+    // signs, subnormals, Inf and NaN), the rest of its bytes random (codes, mins, sub-block
+    // scales), so a decoder's arithmetic meets every scale the format can hold. A NaN's
+    // payload is not compared (NUMERICS.md §1).
+    var prng = std.Random.DefaultPrng.init(0x6465636f6465);
+    const random = prng.random();
+    var buffer: [8 * @sizeOf(formats.blocks.Q8_0)]u8 align(16) = undefined; // the largest chunk
+    var got: [256]f32 = undefined;
+    var want: [256]f32 = undefined;
+    for (formats.all) |f| {
+        if (!f.head or f.block_values == 1) continue;
+        const chunk = buffer[0 .. 256 / f.block_values * f.block_bytes];
+        for (0..1 << 16) |pattern| {
+            random.bytes(chunk);
+            var b: usize = 0;
+            while (b < chunk.len) : (b += f.block_bytes) std.mem.writeInt(u16, chunk[b + f.d_offset ..][0..2], @intCast(pattern), .little);
+            default.decode(f.type, chunk, &got);
+            try formats.decodeRow(f.type, chunk, &want);
+            for (want, got, 0..) |w, g, i| {
+                if (@as(u32, @bitCast(w)) == @as(u32, @bitCast(g)) or (std.math.isNan(w) and std.math.isNan(g))) continue;
+                std.debug.print("{s}, d 0x{x:0>4}, value {d}: formats.zig 0x{x:0>8}, kernel source 0x{x:0>8}\n", .{ f.name, pattern, i, @as(u32, @bitCast(w)), @as(u32, @bitCast(g)) });
+                return error.TestExpectedEqual;
+            }
         }
     }
 }

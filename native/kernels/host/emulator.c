@@ -501,6 +501,15 @@ void LMH_EXPORT(tanh)(const float *x, float *y, lmh_u64 count) {
     for (lmh_u64 i = 0; i < count; i++) y[i] = lmh_tanh(x[i]);
 }
 
+// One chunk of a quantized row, at `chunk` (4-byte aligned), decoded as each lane of a
+// simdgroup decodes it with its own scale (no shuffle): lane l's 8 values at out[8l ..].
+void LMH_EXPORT(decode)(lmh_u32 type, const lmh_u8 *chunk, float *out) {
+    for (lmh_u32 lane = 0; lane < 32u; lane++) {
+        lmh_f8 w = lmh_decode(type, chunk, lane, 0u, 256u, LMH_LOAD_WHOLE, lmh_lane_scale(type, chunk, lane));
+        for (lmh_u32 i = 0; i < 8u; i++) out[8u * lane + i] = w.v[i];
+    }
+}
+
 #ifdef LMH_EMULATOR_BULK
 // The bytes of a bulk stage for vocab rows of row_bytes, as the kernels take them: the CUDA
 // backend sizes its rings by its own formula, and a test compares the two.
