@@ -969,6 +969,23 @@ test "chunkLanes equals the transposed decodeBlock output bit for bit" {
         formats.infiniteScaleRow(f.type, row);
         try checkLanes(f.type, row, row_values);
     }
+    // Every f16 pattern as a block's d (subnormal, infinite and NaN scales among them), each
+    // once, the blocks' other bytes random (codes, mins, sub-block scales), a row at a time.
+    inline for (formats.all) |f| {
+        if (f.block_values == 1) continue;
+        const row_values: usize = 8192;
+        const row_blocks = row_values / f.block_values;
+        const row = buf[0 .. row_blocks * f.block_bytes];
+        var pattern: u32 = 0;
+        while (pattern < 65536) {
+            r.bytes(row);
+            for (0..row_blocks) |b| {
+                std.mem.writeInt(u16, row[b * f.block_bytes + f.d_offset ..][0..2], @intCast(pattern), .little);
+                pattern += 1;
+            }
+            try checkLanes(f.type, row, row_values);
+        }
+    }
     // Every 16-bit pattern through the dense lane decoders, and through AVX-512's BF16 path on
     // any target, chunk by chunk.
     const row = buf[0 .. 2 * 65536];
