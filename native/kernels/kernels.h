@@ -413,7 +413,8 @@ LMH_FN lmh_bytes8 lmh_load_skewed8(LMH_GLOBAL const lmh_u8 *p, lmh_u32 skew) {
 // placed under a fixed exponent as a = (2^p + q)·2^-p (one prmt), fma(2^p·d, a, −(2^p +
 // offset)·d), exact where those two products are (Q4_0, Q5_0, Q8_0, IQ4_NL, Q3_K, Q6_K), but
 // with a branch to the product for an infinite d (the fma's ∞ − ∞ is a NaN where the
-// product is ±Inf): 7-162% slower on an H100; without the branch, which no real head takes
+// product is ±Inf): 7-162% slower on an H100, each vocab row's loads then issued just before
+// its branch instead of a chunk's all at once; without the branch, which no real head takes
 // but the contract needs, from 7% less (Q8_0 from N = 8) to 11% more (Q6_K from N = 16).
 LMH_FN float lmh_code(lmh_bytes8 b, lmh_u32 i, lmh_u32 offset) {
     return lmh_as_float(LMH_BYTE_FLOAT_BITS(i < 4u ? b.lo : b.hi, i & 3u)) - lmh_as_float(0x4B000000u | offset);
