@@ -57,8 +57,8 @@ export interface BenchRow {
   percentOfFloor: number | null;
   /** ms(N) / ms(1). */
   timeVsN1: number | null;
-  /** N one-row calls, ms (median), and that over one N-row call. */
-  /** N one-row calls (the N-row call's own time at N = 1); null with --batched-only. */
+  /** N one-row calls, ms (median; the N-row call's own time at N = 1), and that over one
+   * N-row call; null with --batched-only. */
   scalarMs: number | null;
   scalarOverBatched: number | null;
 }
