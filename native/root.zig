@@ -712,6 +712,7 @@ test {
     _ = @import("decode/argmax.zig");
     _ = @import("decode/top_k.zig");
     _ = @import("backends/cpu/pool.zig");
+    _ = @import("backends/cpu/backend.zig");
     _ = @import("backends/cpu/decode.zig");
     _ = @import("backends/cuda/driver.zig");
     _ = @import("backends/cuda/module.zig");
