@@ -172,7 +172,12 @@ fn fusedRowsMax(comptime t: formats.Type) usize {
 /// kept: F32 11% less a call at N = 2 and level at N = 1, F16 level, BF16 22–24% more (the
 /// same Zen 4, 3 interleaved rounds); nor without their software prefetch, as the probe
 /// reads: BF16 11% more at N = 1 and 39% at N = 2, F16 15% more at N = 2, F32 within the
-/// noise (2026-12-05, vocab 32768, 3 interleaved rounds).
+/// noise (2026-12-05, vocab 32768, 3 interleaved rounds). Four rows at N = 1 for the quantized
+/// types, from the task's quarters, were not kept either: with 4 KiB pages (a 2-core Intel
+/// Xeon with AVX-512, Gemma's head, 3 interleaved rounds) Q8_0 3-7% less a call, Q4_0 and
+/// Q6_K 1-6% more, Q4_K level; with huge pages (backend.zig's huge_pages, 2026-12-06, 7
+/// rounds for Q8_0) Q8_0 from 12% less to 2% more, Q4_K and IQ4_NL 1-9% more, Q4_0, Q6_K and
+/// Q5_0 within 5% either way.
 fn fusedPair(comptime t: formats.Type, comptime group: usize) usize {
     if (elementwise_width < 16) return if (t == .q5_k and group == 1) 2 else 1;
     return 2;
@@ -668,7 +673,11 @@ inline fn storePart(accs: []Lanes, i: usize, comptime q: usize, v: SweepVector) 
 /// (every step at N = 8, every second to fifth at N = 32), with Q8_0 too: F16 1-8% more,
 /// F32 4% less to 5% more, Q8_0 3% less to 2% more (2 rounds, 2026-12-05). With 256-bit
 /// vectors (the AVX2 level on the same Xeon, vocab 65536, 2 rounds) F32 5-10% less a call
-/// at N = 4 and 8, the others level there and 5-6% more at N = 32: not taken.
+/// at N = 4 and 8, the others level there and 5-6% more at N = 32: not taken. With the head in
+/// huge pages (backend.zig's huge_pages; the same Xeon, Gemma's head, 3 interleaved rounds,
+/// 2026-12-06), every type taking it: Q8_0 from 12% less to 4% more a call at N = 8 and from 7%
+/// less to 3% more at N = 32 (7 rounds), Q5_0 up to 8% more, the others within 10% either way,
+/// while F16, unchanged, moved from 9% less to 5% more: not taken.
 fn sweepPrefetches(comptime t: formats.Type) bool {
     return elementwise_width >= 16 and formats.of(t).block_values == 1;
 }
