@@ -242,7 +242,7 @@ fn allocOwned(bytes: usize) Error!Backend.Memory {
 fn freeOwned(memory: Backend.Memory) void {
     switch (memory.owner) {
         .heap => std.heap.c_allocator.free(@as([]align(alignment_bytes) u8, @alignCast(memory.bytes))),
-        .mapping => std.posix.munmap(hugeWindow(memory.bytes)),
+        .mapping => if (comptime huge_pages) unmap(hugeWindow(memory.bytes)) else unreachable,
         .caller => {},
     }
 }
@@ -256,12 +256,18 @@ fn mapHuge(bytes: usize) Error![]u8 {
     const mapped = std.posix.mmap(null, window + huge_page_bytes, .{ .READ = true, .WRITE = true }, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch
         return fail(error.OutOfMemory, "out of memory allocating {d} bytes", .{bytes});
     const head = std.mem.alignForward(usize, @intFromPtr(mapped.ptr), huge_page_bytes) - @intFromPtr(mapped.ptr);
-    if (head > 0) std.posix.munmap(mapped[0..head]);
-    std.posix.munmap(@alignCast(mapped[head + window ..])); // never empty: head < huge_page_bytes
+    if (head > 0) unmap(mapped[0..head]);
+    unmap(mapped[head + window ..]); // never empty: head < huge_page_bytes
     const memory: []align(huge_page_bytes) u8 = @alignCast(mapped[head..][0..window]);
     // A hint: where huge pages are off (or given to all memory) nothing changes.
     std.posix.madvise(memory.ptr, memory.len, std.os.linux.MADV.HUGEPAGE) catch {};
     return memory[0..bytes];
+}
+
+/// Gives `bytes` of a mapping back. Where that fails (only for want of a kernel mapping entry,
+/// when the range splits one it shares) the range stays mapped: address space, never a fault.
+fn unmap(bytes: []u8) void {
+    _ = std.os.linux.munmap(bytes.ptr, bytes.len);
 }
 
 /// The whole mapping mapHuge made for `bytes`.
