@@ -349,7 +349,7 @@ fn reserve(command: Command) Error!void {
         .matvec => |m| {
             const row_values = lanes.chunkCount(m.params.hidden) * lanes.chunk_values;
             try growInputs(@as(usize, m.params.rows) * row_values);
-            try growWorkers(kernels.matvecScratchValues(m.params.rows));
+            try growWorkers(kernels.matvecScratchValues(m.params.rows, lanes.chunkCount(m.params.hidden)));
         },
         .rms_norm => |r| try growWorkers(lanes.chunkCount(r.params.hidden) * lanes.chunk_values),
         .softcap, .count_non_finite, .barrier => {},

@@ -2,7 +2,8 @@
 //! weight row straight into the lane-major order of numerics/lanes.zig, with the same
 //! arithmetic per value as the reference decoders of numerics/formats.zig (tested equal
 //! bit for bit below), reading every field at the offsets of formats.zig's block layouts, and
-//! gives F32 and BF16 weights past their flush point (numerics/flush.zig).
+//! gives F32 and BF16 weights past their flush point (numerics/flush.zig). The dense types
+//! also decode by lane pairs (chunkPairs), the order of kernels.zig's pair vectors.
 const std = @import("std");
 const builtin = @import("builtin");
 const formats = @import("../../numerics/formats.zig");
@@ -834,6 +835,51 @@ pub inline fn chunkInto(comptime t: Type, row: []const u8, chunk: usize, row_val
     }
 }
 
+/// Whether chunkPairs decodes type t: the dense types, whose 16 values of a lane pair are 16
+/// contiguous ones of the row.
+pub fn hasPairs(comptime t: Type) bool {
+    return of(t).block_values == 1;
+}
+
+/// Element 2i + m of a lane pair's vector is lane 2j + m's step i: natural value 8m + i of
+/// the pair's 16.
+const pair_order: [16]i32 = blk: {
+    var m: [16]i32 = undefined;
+    for (0..16) |e| m[e] = (e % 2) * 8 + e / 2;
+    break :blk m;
+};
+
+/// Decodes chunk `chunk` of a row by lane pairs: out[j·stride ..][0..16] holds, at element
+/// 2i + m, lane 2j + m's value at step i (natural element 256·chunk + 16j + 8m + i), with
+/// the arithmetic of chunkLanes; elements at or past row_values are +0.0. For hasPairs(t).
+pub inline fn chunkPairs(comptime t: Type, row: []const u8, chunk: usize, row_values: usize, out: [*]f32, stride: usize) void {
+    comptime std.debug.assert(hasPairs(t));
+    const value_bytes = comptime of(t).block_bytes;
+    const start = 256 * chunk;
+    std.debug.assert(start < row_values and row.len == row_values * value_bytes);
+    for (0..16) |j| {
+        const first = start + 16 * j;
+        const dst = out[j * stride ..][0..16];
+        if (first >= row_values) {
+            dst.* = @splat(0);
+            continue;
+        }
+        // A pair past the row's end comes from a zeroed copy of its values.
+        var tail: [16 * value_bytes]u8 = @splat(0);
+        const bytes = if (first + 16 <= row_values) row[first * value_bytes ..][0 .. 16 * value_bytes] else blk: {
+            @memcpy(tail[0 .. (row_values - first) * value_bytes], row[first * value_bytes ..]);
+            break :blk &tail;
+        };
+        const v: @Vector(16, f32) = switch (t) {
+            .f32 => flush.flush(@Vector(16, f32), @bitCast(load(u32, 16, bytes)), flush.dot_operand_min),
+            .f16 => f16Vec(16, load(u16, 16, bytes)),
+            .bf16 => @bitCast(@as(@Vector(16, u32), flush.flushBf16(16, load(u16, 16, bytes), flush.dot_operand_min)) << @splat(16)),
+            else => unreachable,
+        };
+        dst.* = @shuffle(f32, v, undefined, pair_order);
+    }
+}
+
 /// Simple reference for decodeChunkLanes (natural decode, then transpose); used by the tests.
 fn decodeChunkLanesRef(comptime t: Type, row: []const u8, chunk: usize, row_values: usize, out: *[256]f32) void {
     const f = comptime of(t);
@@ -901,13 +947,27 @@ fn checkLanes(comptime t: Type, row: []const u8, row_values: usize) !void {
         };
         @memset(&got, std.math.nan(f32));
         chunkLanes(t, row, c, row_values, &got);
-        for (0..256) |p| {
-            // A NaN's payload is not part of the contract (NUMERICS.md §1).
-            if (std.math.isNan(want[p]) and std.math.isNan(got[p])) continue;
-            if (@as(u32, @bitCast(want[p])) != @as(u32, @bitCast(got[p]))) {
-                std.debug.print("{s} row_values={d} chunk {d}: out[{d}] (lane {d}, step {d}) expected 0x{x:0>8}, got 0x{x:0>8}\n", .{ @tagName(t), row_values, c, p, p % 32, p / 32, @as(u32, @bitCast(want[p])), @as(u32, @bitCast(got[p])) });
-                return error.TestExpectedEqual;
-            }
+        try expectLanes(t, "chunkLanes", row_values, c, &want, &got);
+        if (comptime hasPairs(t)) {
+            // The same values by lane pairs: element 2i + m of pair j is lane 2j + m's step i.
+            var pairs: [256]f32 = undefined;
+            @memset(&pairs, std.math.nan(f32));
+            chunkPairs(t, row, c, row_values, &pairs, 16);
+            for (0..32) |l| for (0..8) |i| {
+                got[32 * i + l] = pairs[16 * (l / 2) + 2 * i + l % 2];
+            };
+            try expectLanes(t, "chunkPairs", row_values, c, &want, &got);
+        }
+    }
+}
+
+fn expectLanes(comptime t: Type, what: []const u8, row_values: usize, c: usize, want: *const [256]f32, got: *const [256]f32) !void {
+    for (0..256) |p| {
+        // A NaN's payload is not part of the contract (NUMERICS.md §1).
+        if (std.math.isNan(want[p]) and std.math.isNan(got[p])) continue;
+        if (@as(u32, @bitCast(want[p])) != @as(u32, @bitCast(got[p]))) {
+            std.debug.print("{s} {s} row_values={d} chunk {d}: out[{d}] (lane {d}, step {d}) expected 0x{x:0>8}, got 0x{x:0>8}\n", .{ @tagName(t), what, row_values, c, p, p % 32, p / 32, @as(u32, @bitCast(want[p])), @as(u32, @bitCast(got[p])) });
+            return error.TestExpectedEqual;
         }
     }
 }
@@ -927,7 +987,7 @@ test "the reference lane decoder is the transpose of decodeRow" {
     };
 }
 
-test "chunkLanes equals the transposed decodeBlock output bit for bit" {
+test "chunkLanes (and chunkPairs) equal the transposed decodeBlock output bit for bit" {
     var prng = std.Random.DefaultPrng.init(0x1a2b3c);
     const r = prng.random();
     const buf = try testing.allocator.alloc(u8, 4 * 65536);

@@ -108,9 +108,14 @@ comptime {
     std.debug.assert(fma_probe_chains + 2 <= vector_registers);
 }
 
-/// Scratch values a matvec needs per worker: a tile's decoded block, then its accumulators.
-pub fn matvecScratchValues(rows: usize) usize {
-    return tile_rows_max * (tile_block_values + rows * lanes.lane_count);
+/// Scratch values a matvec needs per worker: a tile's decoded block, then its accumulators;
+/// or, for pair tiles, a tile of whole decoded rows, the inputs as pair vectors and the
+/// tile's partial sums.
+pub fn matvecScratchValues(rows: usize, chunks: usize) usize {
+    const tiles = tile_rows_max * (tile_block_values + rows * lanes.lane_count);
+    const groups = std.math.divCeil(usize, rows, pair_rows) catch unreachable;
+    const pairs = (pair_tile_rows_max + groups * pair_rows) * chunks * lanes.chunk_values + pair_partials;
+    return @max(tiles, pairs);
 }
 
 /// Width of elementwise vectors; elementwise results do not depend on it.
@@ -430,9 +435,12 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 .p = p,
                 .row_values = row_values,
             };
-            const scratch = job.scratch.of(worker, matvecScratchValues(p.rows));
+            const scratch = job.scratch.of(worker, matvecScratchValues(p.rows, p.chunks));
             const decoded = scratch[0 .. tile_rows_max * tile_block_values];
             const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. tile_rows_max * p.rows];
+            if (comptime pairTiles(t)) {
+                if (pairRows(p.rows)) return kernel.pairWork(&job.next, scratch);
+            }
             while (true) {
                 const task_first = claim(u32, &job.next, vocab_rows_per_task);
                 if (task_first >= p.vocab) return;
@@ -537,6 +545,130 @@ fn MatvecKernel(comptime t: formats.Type) type {
             };
         }
 
+        /// Batches that pairTiles gives pair vectors: each worker lays the inputs out
+        /// as pair vectors, then claims tasks of vocab rows, a tile of whole rows at a time.
+        fn pairWork(kernel: *const Kernel, next: *u32, scratch: []align(128) f32) void {
+            const p = kernel.p;
+            const groups = std.math.divCeil(usize, p.rows, pair_rows) catch unreachable;
+            const decoded = scratch[0 .. pair_tile_rows_max * kernel.row_values];
+            const inputs: [*]PairVector = @ptrCast(@alignCast(scratch[decoded.len..].ptr));
+            const partials: [*]PairVector = @ptrCast(@alignCast(scratch[decoded.len + groups * pair_rows * kernel.row_values ..].ptr));
+            kernel.pairInputs(inputs, groups);
+            // Blocks of groups as even as pair_groups_max allows: pairRows gives 6 groups or
+            // more, so blocks of 3 or 4 (7 groups: 4 and 3).
+            const blocks = std.math.divCeil(usize, groups, pair_groups_max) catch unreachable;
+            switch (std.math.divCeil(usize, groups, blocks) catch unreachable) {
+                inline 3...pair_groups_max => |block| kernel.pairTasks(pair_accumulators / block, block, next, decoded.ptr, inputs, groups, partials),
+                else => unreachable,
+            }
+        }
+
+        /// Vector (j·steps + s)·groups + g holds, at element e, batch row 8g + e/2 at lane
+        /// 2j + e%2 and step s (chunk s/8, step s%8), as the lane-major inputs hold a pair of
+        /// lanes side by side; rows past the batch are zero.
+        fn pairInputs(kernel: *const Kernel, inputs: [*]PairVector, groups: usize) void {
+            const p = kernel.p;
+            const steps = @as(usize, p.chunks) * lanes.values_per_lane;
+            const src: [*]const u64 = @ptrCast(@alignCast(kernel.inputs.ptr));
+            const out: [*]u64 = @ptrCast(inputs);
+            for (0..groups) |g| for (0..pair_rows) |n| {
+                const row = g * pair_rows + n;
+                for (0..steps) |s| for (0..pair_count) |j| {
+                    out[((j * steps + s) * groups + g) * pair_rows + n] = if (row < p.rows) src[(row * kernel.row_values + s * lanes.lane_count) / 2 + j] else 0;
+                };
+            };
+        }
+
+        fn pairTasks(kernel: *const Kernel, comptime tile_rows: usize, comptime block: usize, next: *u32, decoded: [*]f32, inputs: [*]const PairVector, groups: usize, partials: [*]PairVector) void {
+            const p = kernel.p;
+            comptime std.debug.assert(pair_task_rows % tile_rows == 0 and tile_rows * block <= pair_accumulators);
+            while (true) {
+                const task_first = claim(u32, next, pair_task_rows);
+                if (task_first >= p.vocab) return;
+                const task_end = @min(task_first + pair_task_rows, p.vocab);
+                prefetchBytes(kernel.weightRow(task_first).ptr, @min(tile_rows, task_end - task_first) * p.row_bytes, .l2);
+                var first: usize = task_first;
+                while (first < task_end) : (first += tile_rows) {
+                    const valid = @min(tile_rows, task_end - first);
+                    kernel.pairDecode(tile_rows, decoded, first, valid);
+                    var prefetch: SweepPrefetch = .{ .next = kernel.weight.ptr + (first + 2 * tile_rows) * p.row_bytes, .lines_left = tile_rows * p.row_bytes / 64 };
+                    var g: usize = 0;
+                    while (g < groups) {
+                        const n: usize = @min(block, groups - g);
+                        switch (n) {
+                            inline 1...block => |b| {
+                                kernel.pairSweep(tile_rows, b, decoded, inputs, groups, g, partials, &prefetch);
+                                kernel.pairReduce(b, partials, first, valid, g);
+                            },
+                            else => unreachable,
+                        }
+                        g += n;
+                    }
+                }
+            }
+        }
+
+        /// Decodes vocab rows [first, +valid) whole, rows past them zero: row r's lane pair j
+        /// at step s is floats [r·row_values + (j·steps + s)·2, +2), each pair's steps one
+        /// stream for pairSweep.
+        fn pairDecode(kernel: *const Kernel, comptime tile_rows: usize, decoded: [*]f32, first: usize, valid: usize) void {
+            const p = kernel.p;
+            const steps = @as(usize, p.chunks) * lanes.values_per_lane;
+            for (0..tile_rows) |r| {
+                const out = decoded[r * kernel.row_values ..][0..kernel.row_values];
+                if (r >= valid) {
+                    @memset(out, 0);
+                    continue;
+                }
+                const row = kernel.weightRow(first + r);
+                for (0..p.chunks) |c| {
+                    prefetchAhead(row, c, tile_rows * p.row_bytes, .l2);
+                    decode.chunkPairs(t, row, c, p.hidden, out.ptr + c * lanes.values_per_lane * 2, steps * 2);
+                }
+            }
+        }
+
+        /// Tile rows × batch row groups [g0, +block): each lane pair's chains of fmas run the
+        /// whole row in registers (the contract's order: step after step), then leave their
+        /// partial sums for pairReduce.
+        fn pairSweep(kernel: *const Kernel, comptime tile_rows: usize, comptime block: usize, decoded: [*]const f32, inputs: [*]const PairVector, groups: usize, g0: usize, partials: [*]PairVector, prefetch: *SweepPrefetch) void {
+            const steps = @as(usize, kernel.p.chunks) * lanes.values_per_lane;
+            for (0..pair_count) |j| {
+                var acc: [tile_rows][block]PairVector = @splat(@splat(@splat(0)));
+                const w: [*]const u64 = @ptrCast(@alignCast(decoded + j * steps * 2));
+                const y = inputs + j * steps * groups + g0;
+                for (0..steps) |s| {
+                    prefetch.step();
+                    var ys: [block]PairVector = undefined;
+                    inline for (0..block) |g| ys[g] = y[s * groups + g];
+                    inline for (0..tile_rows) |r| {
+                        const wv: PairVector = @bitCast(@as(@Vector(8, u64), @splat(w[r * kernel.row_values / 2 + s])));
+                        inline for (0..block) |g| acc[r][g] = @mulAdd(PairVector, wv, ys[g], acc[r][g]);
+                    }
+                }
+                inline for (0..tile_rows) |r| inline for (0..block) |g| {
+                    partials[(r * block + g) * pair_count + j] = acc[r][g];
+                };
+            }
+        }
+
+        /// The butterfly of lanes.reduce over each output's 32 lanes, 8 outputs a vector:
+        /// lanes l and l ^ 16 are pairs j and j + 8, and so on down to the two lanes of pair 0.
+        fn pairReduce(kernel: *const Kernel, comptime block: usize, partials: [*]const PairVector, first: usize, valid: usize, g0: usize) void {
+            const p = kernel.p;
+            for (0..valid) |r| for (0..block) |g| {
+                var v: [pair_count]PairVector = partials[(r * block + g) * pair_count ..][0..pair_count].*;
+                inline for (.{ 8, 4, 2, 1 }) |half| {
+                    inline for (0..half) |j| v[j] = v[j] + v[j + half];
+                }
+                const sums = @shuffle(f32, v[0], undefined, even_elements) + @shuffle(f32, v[0], undefined, odd_elements);
+                inline for (0..pair_rows) |n| {
+                    const row = (g0 + g) * pair_rows + n;
+                    if (row < p.rows) kernel.output[row * p.vocab + first + r] = sums[n];
+                }
+            };
+        }
+
         fn tile(job: *const Kernel, decoded: []f32, accs: []Lanes, first: usize, tile_rows: usize) void {
             std.debug.assert(tile_rows >= 1 and tile_rows <= tile_rows_max);
             const rows = job.p.rows;
@@ -630,6 +762,39 @@ fn MatvecKernel(comptime t: formats.Type) type {
         }
     };
 }
+
+/// Large batches of the dense types as pair vectors: a vector's 16 elements are two lanes
+/// (2j, 2j + 1) of 8 batch rows, so one broadcast of two decoded weights serves 8 rows, and
+/// each chain of fmas runs a whole row in one register: no accumulator leaves the registers
+/// before its row ends, and the decoder (decode.chunkPairs) only reorders each lane pair's 16
+/// contiguous values, where the tiles' lane-major decoder transposes a chunk. The sweeps ask
+/// for the tile after next as the tiles' do (SweepPrefetch). Measured on a 2-core Intel Xeon
+/// with AVX-512 and AMX (2026-12-06, Gemma's head, interleaved with the tiles, 2 to 8 rounds a
+/// cell): at N = 48 and 64 F16 5–25% less a call, F32 2–16%, BF16 4–25% in 9 of 10 rounds
+/// (13% more in one); at N = 32 and 40 F16 7–17% less, BF16 4–18% less to 3% more, F32 11%
+/// less to 8% more; at N = 56 (two rounds, the final build) F16 15–16% less, BF16 6–7%, F32
+/// 8–11%, while cells that ran the tiles on both sides (N = 40) moved from 5% less to 13% more
+/// in the same rounds. Q8_0, decoded the same way (a block's scale times 16 of its codes), from
+/// 24% less to 2% more at N = 32 to 64, no consistent sign. Every type took 1% less to 12%
+/// more at N = 33, whose last vector holds 1 row of 8, 4–46% more at N = 16 and 14% less to
+/// 23% more at N = 24. So the dense types take them from 48 rows, in whole vectors.
+fn pairTiles(comptime t: formats.Type) bool {
+    return elementwise_width >= 16 and decode.hasPairs(t);
+}
+fn pairRows(rows: usize) bool {
+    return rows >= 48 and rows % pair_rows == 0;
+}
+const pair_rows = 8;
+const pair_count = lanes.lane_count / 2;
+const pair_accumulators = 24;
+const pair_groups_max = 4;
+const pair_tile_rows_max = pair_accumulators / 3;
+const pair_task_rows = 48;
+/// Partial-sum values a tile leaves at most: a vector per lane pair per accumulator.
+const pair_partials = pair_accumulators * pair_count * 16;
+const PairVector = @Vector(16, f32);
+const even_elements: [8]i32 = .{ 0, 2, 4, 6, 8, 10, 12, 14 };
+const odd_elements: [8]i32 = .{ 1, 3, 5, 7, 9, 11, 13, 15 };
 
 /// Whether a tile's last block reduces its outputs from the sweeps' registers, several a
 /// vector (lanes.reduceMany), instead of storing its accumulators and reading them back one
