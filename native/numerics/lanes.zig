@@ -62,6 +62,20 @@ pub inline fn reduceMany(comptime k: usize, partials: [k][2]@Vector(16, f32)) @V
     return v[0];
 }
 
+/// reduce of each of 8 partials held by lane pairs: element e of pairs[j] is lane 2j + e%2
+/// of partial e/2. Lanes l and l ^ 16 are pairs j and j + 8, l ^ 8, l ^ 4 and l ^ 2 pairs
+/// j + 4, j + 2 and j + 1, and l ^ 1 the two elements of pair 0 (the same operands in the
+/// same order as reduce). Sum n ends in element n.
+pub inline fn reducePairs(pairs: [lane_count / 2]@Vector(16, f32)) @Vector(8, f32) {
+    var v = pairs;
+    inline for (.{ 8, 4, 2, 1 }) |half| {
+        inline for (0..half) |j| v[j] = v[j] + v[j + half];
+    }
+    const even: [8]i32 = .{ 0, 2, 4, 6, 8, 10, 12, 14 };
+    const odd: [8]i32 = .{ 1, 3, 5, 7, 9, 11, 13, 15 };
+    return @shuffle(f32, v[0], undefined, even) + @shuffle(f32, v[0], undefined, odd);
+}
+
 /// The lane of reduceMany's result that holds sum o: a 4 × 4 transpose.
 pub fn manyLane(o: usize) usize {
     return 4 * (o % 4) + o / 4;
@@ -161,5 +175,25 @@ test "reduceMany gives each sum reduce's bits" {
             const sums: [16]f32 = reduceMany(k, partials);
             for (0..k) |o| try std.testing.expectEqual(@as(u32, @bitCast(reduce(whole[o]))), @as(u32, @bitCast(sums[manyLane(o)])));
         }
+    }
+}
+
+test "reducePairs gives each sum reduce's bits" {
+    var prng = std.Random.DefaultPrng.init(0x9a125);
+    const random = prng.random();
+    for (0..200) |_| {
+        var whole: [8]Lanes = undefined;
+        var pairs: [lane_count / 2][16]f32 = undefined;
+        for (0..8) |n| {
+            var v: [lane_count]f32 = undefined;
+            // Wide exponents, so that the order of the adds shows in the rounding.
+            for (&v) |*x| x.* = (random.float(f32) - 0.5) * std.math.pow(f32, 2, @floatFromInt(random.intRangeAtMost(i32, -30, 30)));
+            whole[n] = v;
+            for (0..lane_count) |l| pairs[l / 2][2 * n + l % 2] = v[l];
+        }
+        var vectors: [lane_count / 2]@Vector(16, f32) = undefined;
+        for (&vectors, pairs) |*vector, pair| vector.* = pair;
+        const sums: [8]f32 = reducePairs(vectors);
+        for (0..8) |n| try std.testing.expectEqual(@as(u32, @bitCast(reduce(whole[n]))), @as(u32, @bitCast(sums[n])));
     }
 }

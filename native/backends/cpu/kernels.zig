@@ -109,12 +109,12 @@ comptime {
 }
 
 /// Scratch values a matvec needs per worker: a tile's decoded block, then its accumulators;
-/// or, for pair tiles, a tile of whole decoded rows, the inputs as pair vectors and the
-/// tile's partial sums.
+/// or, for a batch pair vectors may take (pairRows), a tile of whole decoded rows, the inputs
+/// as pair vectors and the tile's partial sums.
 pub fn matvecScratchValues(rows: usize, chunks: usize) usize {
     const tiles = tile_rows_max * (tile_block_values + rows * lanes.lane_count);
-    const groups = std.math.divCeil(usize, rows, pair_rows) catch unreachable;
-    const pairs = (pair_tile_rows_max + groups * pair_rows) * chunks * lanes.chunk_values + pair_partials;
+    if (!pairRows(rows)) return tiles;
+    const pairs = (pair_tile_rows_max + rows) * chunks * lanes.chunk_values + pair_partials;
     return @max(tiles, pairs);
 }
 
@@ -652,16 +652,11 @@ fn MatvecKernel(comptime t: formats.Type) type {
             }
         }
 
-        /// The butterfly of lanes.reduce over each output's 32 lanes, 8 outputs a vector:
-        /// lanes l and l ^ 16 are pairs j and j + 8, and so on down to the two lanes of pair 0.
+        /// Each output's butterfly over its 32 lanes, 8 outputs a vector (lanes.reducePairs).
         fn pairReduce(kernel: *const Kernel, comptime block: usize, partials: [*]const PairVector, first: usize, valid: usize, g0: usize) void {
             const p = kernel.p;
             for (0..valid) |r| for (0..block) |g| {
-                var v: [pair_count]PairVector = partials[(r * block + g) * pair_count ..][0..pair_count].*;
-                inline for (.{ 8, 4, 2, 1 }) |half| {
-                    inline for (0..half) |j| v[j] = v[j] + v[j + half];
-                }
-                const sums = @shuffle(f32, v[0], undefined, even_elements) + @shuffle(f32, v[0], undefined, odd_elements);
+                const sums = lanes.reducePairs(partials[(r * block + g) * pair_count ..][0..pair_count].*);
                 inline for (0..pair_rows) |n| {
                     const row = (g0 + g) * pair_rows + n;
                     if (row < p.rows) kernel.output[row * p.vocab + first + r] = sums[n];
@@ -793,8 +788,6 @@ const pair_task_rows = 48;
 /// Partial-sum values a tile leaves at most: a vector per lane pair per accumulator.
 const pair_partials = pair_accumulators * pair_count * 16;
 const PairVector = @Vector(16, f32);
-const even_elements: [8]i32 = .{ 0, 2, 4, 6, 8, 10, 12, 14 };
-const odd_elements: [8]i32 = .{ 1, 3, 5, 7, 9, 11, 13, 15 };
 
 /// Whether a tile's last block reduces its outputs from the sweeps' registers, several a
 /// vector (lanes.reduceMany), instead of storing its accumulators and reading them back one
