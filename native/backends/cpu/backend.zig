@@ -349,7 +349,7 @@ fn reserve(command: Command) Error!void {
         .matvec => |m| {
             const row_values = lanes.chunkCount(m.params.hidden) * lanes.chunk_values;
             try growInputs(@as(usize, m.params.rows) * row_values);
-            try growWorkers(kernels.matvecScratchValues(m.params.rows, lanes.chunkCount(m.params.hidden)));
+            try growWorkers(kernels.matvecScratchValues(formats.format(m.params.type_id).?.type, m.params.rows, lanes.chunkCount(m.params.hidden)));
         },
         .rms_norm => |r| try growWorkers(lanes.chunkCount(r.params.hidden) * lanes.chunk_values),
         .softcap, .count_non_finite, .barrier => {},
@@ -494,4 +494,14 @@ test "a large allocation is zeroed whole huge pages of its own, advised to be hu
     try std.testing.expectEqual(Backend.Owner.heap, small.owner);
     try std.testing.expectEqual(0, @intFromPtr(small.bytes.ptr) % alignment_bytes);
     try std.testing.expect(std.mem.allEqual(u8, small.bytes, 0));
+}
+
+test "a worker's matvec scratch holds pair vectors only for the types and batches that may run them" {
+    const chunks = lanes.chunkCount(2816);
+    // A quantized head at 64 rows needs its tiles' scratch alone, as at 40 rows a dense one.
+    const tiles_64 = kernels.matvecScratchValues(.q8_0, 64, chunks);
+    try std.testing.expectEqual(tiles_64, kernels.matvecScratchValues(.q6_k, 64, chunks));
+    try std.testing.expectEqual(kernels.matvecScratchValues(.q8_0, 40, chunks), kernels.matvecScratchValues(.f16, 40, chunks));
+    // A dense one at 64 rows holds whole decoded rows: several times as much.
+    try std.testing.expect(kernels.matvecScratchValues(.f16, 64, chunks) > 4 * tiles_64);
 }

@@ -837,8 +837,8 @@ pub inline fn chunkInto(comptime t: Type, row: []const u8, chunk: usize, row_val
 
 /// Whether chunkPairs decodes type t: the dense types, whose 16 values of a lane pair are 16
 /// contiguous ones of the row.
-pub fn hasPairs(comptime t: Type) bool {
-    return of(t).block_values == 1;
+pub fn hasPairs(t: Type) bool {
+    return formats.format(@backingInt(t)).?.block_values == 1;
 }
 
 /// Element 2i + m of a lane pair's vector is lane 2j + m's step i: natural value 8m + i of

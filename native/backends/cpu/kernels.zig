@@ -109,11 +109,13 @@ comptime {
 }
 
 /// Scratch values a matvec needs per worker: a tile's decoded block, then its accumulators;
-/// or, for a batch pair vectors may take (pairRows), a tile of whole decoded rows, the inputs
-/// as pair vectors and the tile's partial sums.
-pub fn matvecScratchValues(rows: usize, chunks: usize) usize {
+/// or, for a batch pair vectors may take (a type with pairs, decode.hasPairs, and pairRows), a
+/// tile of whole decoded rows, the inputs as pair vectors and the tile's partial sums. (The
+/// host, which does not know the CPU level's vector width, reserves pairs for such a batch
+/// at every level.)
+pub fn matvecScratchValues(t: formats.Type, rows: usize, chunks: usize) usize {
     const tiles = tile_rows_max * (tile_block_values + rows * lanes.lane_count);
-    if (!pairRows(rows)) return tiles;
+    if (!decode.hasPairs(t) or !pairRows(rows)) return tiles;
     const pairs = (pair_tile_rows_max + rows) * chunks * lanes.chunk_values + pair_partials;
     return @max(tiles, pairs);
 }
@@ -435,7 +437,7 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 .p = p,
                 .row_values = row_values,
             };
-            const scratch = job.scratch.of(worker, matvecScratchValues(p.rows, p.chunks));
+            const scratch = job.scratch.of(worker, matvecScratchValues(t, p.rows, p.chunks));
             const decoded = scratch[0 .. tile_rows_max * tile_block_values];
             const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. tile_rows_max * p.rows];
             if (comptime pairTiles(t)) {
