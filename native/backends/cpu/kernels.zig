@@ -438,11 +438,11 @@ fn MatvecKernel(comptime t: formats.Type) type {
                 .row_values = row_values,
             };
             const scratch = job.scratch.of(worker, matvecScratchValues(t, p.rows, p.chunks));
-            const decoded = scratch[0 .. tile_rows_max * tile_block_values];
-            const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. tile_rows_max * p.rows];
             if (comptime pairTiles(t)) {
                 if (pairRows(p.rows)) return kernel.pairWork(&job.next, scratch);
             }
+            const decoded = scratch[0 .. tile_rows_max * tile_block_values];
+            const accs: []Lanes = @as([*]Lanes, @ptrCast(@alignCast(scratch[decoded.len..].ptr)))[0 .. tile_rows_max * p.rows];
             while (true) {
                 const task_first = claim(u32, &job.next, vocab_rows_per_task);
                 if (task_first >= p.vocab) return;
