@@ -24,6 +24,8 @@ pub fn Emulator(comptime prefix: []const u8) type {
         const decode_c = @extern(*const fn (u32, [*]const u8, *[256]f32) callconv(.c) void, .{ .name = prefix ++ "_decode" });
         const layout_entry_c = @extern(*const fn (u32, *[*:0]const u8, *u64) callconv(.c) c_int, .{ .name = prefix ++ "_layout_entry" });
         const bulk_stage_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_bulk_stage_bytes" });
+        const lane_layout_c = @extern(*const fn (u32) callconv(.c) u32, .{ .name = prefix ++ "_lane_layout" });
+        const lane_row_bytes_c = @extern(*const fn (u32) callconv(.c) u32, .{ .name = prefix ++ "_lane_row_bytes" });
         const area_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_area_bytes" });
 
         /// The kernel named `name` (core/registry.zig's names, e.g. "matvec_Q6_K_f32").
@@ -76,6 +78,17 @@ pub fn Emulator(comptime prefix: []const u8) type {
             decode_c(@backingInt(t), chunk.ptr, values);
         }
 
+        /// Whether this build's matvec of `t` reads the lane layout (kernels.h
+        /// LMH_LANE_LAYOUT): its weights then go through "lane_relayout" first.
+        pub fn laneLayout(t: formats.Type) bool {
+            return lane_layout_c(@backingInt(t)) != 0;
+        }
+
+        /// kernels.h's bytes of a row of the lane layout's copy, for rows of `row_bytes`.
+        pub fn laneRowBytes(row_bytes: u32) u32 {
+            return lane_row_bytes_c(row_bytes);
+        }
+
         /// kernels.h's bytes of a bulk stage for vocab rows of `row_bytes` (a build with a bulk
         /// ring only: `retuned`, of 3 vocab rows per simdgroup).
         pub fn bulkStageBytes(row_bytes: u32) u64 {
@@ -99,7 +112,9 @@ pub fn Emulator(comptime prefix: []const u8) type {
     };
 }
 
-/// The source's default tuning (LMH_VOCAB_ROWS_PER_SIMDGROUP, LMH_ROWS_PER_PASS).
+/// The source's default tuning (LMH_VOCAB_ROWS_PER_SIMDGROUP, LMH_ROWS_PER_PASS), quantized
+/// heads read as the file holds them. Every other build reads Q4_0, IQ4_NL and Q8_0 heads in
+/// the lane layout (LMH_LANE_LAYOUT), as CUDA's modules do.
 pub const default = Emulator("lmh_emulator");
 /// Another tuning: 3 vocab rows per simdgroup, 2 rows per pass, steps of 2 chunks, each simdgroup's
 /// rows prefetched (every address checked to lie in the weights), and a quantized type's rows
@@ -230,6 +245,16 @@ fn expectSameFunction(comptime name: []const u8, inputs: []const f32, outputs: [
             std.debug.print("{s}(0x{x:0>8}): math.zig 0x{x:0>8}, kernel source 0x{x:0>8}\n", .{ name, @as(u32, @bitCast(inputs[i + k])), w, g });
             return error.TestExpectedEqual;
         }
+    }
+}
+
+test "the lane layout is taken for the types and row sizes params.zig names, by the builds that CUDA's modules are" {
+    inline for (.{ retuned, staged, resident, resident_padded }) |build| {
+        for (std.enums.values(formats.Type)) |t| try std.testing.expectEqual(params.laneLayout(@backingInt(t)), build.laneLayout(t));
+    }
+    for (std.enums.values(formats.Type)) |t| try std.testing.expect(!default.laneLayout(t));
+    for ([_]u32{ 18, 34, 306, 308, 850, 1584, 2992, 65534, 65535 }) |row_bytes| {
+        try std.testing.expectEqual(params.laneRowBytes(row_bytes), retuned.laneRowBytes(row_bytes));
     }
 }
 

@@ -103,6 +103,20 @@ LMH_STATIC_ASSERT(LMH_PAD_RESIDENT == 0u || LMH_RESIDENT > 0u, "padded resident 
 LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_BULK_STAGES == 0u, "resident rows: 8 rows per pass, no bulk ring");
 #endif
 
+// The lane layout (1: used for the types lmh_lane_layout names; CUDA's modules take it): the
+// matvec reads a copy of the head, made once on the device by lmh_lane_relayout, whose whole
+// chunks hold their 8 blocks' code bytes first, block after block, then their 8 scales (the
+// same bytes), in rows padded to a multiple of 4 bytes. Their blocks (18 and 34 bytes) put a
+// lane's 8 code bytes at 2-byte offsets, so a lane read them as four 2-byte loads; in the
+// copy they lie 8-byte aligned, two 4-byte loads, and a warp's are 256 or 128 contiguous
+// bytes. Measured on an H100 against the blocks as the file has them (bench/results/
+// cuda-h200.md, call 61): Q8_0 6-7% less at every N from 1 to 64, Q4_0 3-8%, IQ4_NL 2-7% from
+// N = 2 (level at 1 and 8). Metal's modules read the blocks as the file has them (unmeasured
+// there).
+#ifndef LMH_LANE_LAYOUT
+#define LMH_LANE_LAYOUT 0u
+#endif
+
 // ggml type ids (numerics/formats.zig Type).
 #define LMH_TYPE_F32 0u
 #define LMH_TYPE_F16 1u
@@ -490,13 +504,14 @@ LMH_FN lmh_bytes8 lmh_iq4(lmh_bytes8 q) {
 }
 
 // Q4_0 d·(q−8), IQ4_NL d·K[q]: lane 4b+j has values 8j.. of block b, the low (j < 2) or
-// high nibbles of qs[8(j & 1) ..].
-LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type) {
+// high nibbles of qs[8(j & 1) ..]. `lanes`: the chunk is in the lane layout.
+LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type, lmh_u32 lanes) {
     LMH_GLOBAL const lmh_block_q4_0 *b = (LMH_GLOBAL const lmh_block_q4_0 *)chunk + (lane >> 2);
-    float d = lmh_f16(lmh_load16(b->d));
     lmh_u32 at = (lane & 1u) << 3;
     lmh_u32 shift = (lane & 2u) << 1;
-    lmh_bytes8 q = lmh_bits(lmh_load_bytes8(b->qs + at), shift, 0x0F0F0F0Fu);
+    float d = lmh_f16(lmh_load16(lanes != 0u ? chunk + 128u + ((lane >> 2) << 1) : b->d));
+    lmh_bytes8 raw = lanes != 0u ? lmh_load_words8(chunk + ((lane >> 2) << 4) + at) : lmh_load_bytes8(b->qs + at);
+    lmh_bytes8 q = lmh_bits(raw, shift, 0x0F0F0F0Fu);
     if (type == LMH_TYPE_IQ4_NL) q = lmh_iq4(q);
     lmh_u32 offset = type == LMH_TYPE_Q4_0 ? 8u : 128u;
     lmh_f8 w;
@@ -541,12 +556,12 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u3
     return w;
 }
 
-// Q8_0 d·q, q a signed byte (its bits xor 0x80 is q + 128).
-LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane) {
+// Q8_0 d·q, q a signed byte (its bits xor 0x80 is q + 128). `lanes`: the chunk is in the
+// lane layout.
+LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 lanes) {
     LMH_GLOBAL const lmh_block_q8_0 *b = (LMH_GLOBAL const lmh_block_q8_0 *)chunk + (lane >> 2);
-    float d = lmh_f16(lmh_load16(b->d));
-    lmh_u32 at = (lane & 3u) << 3;
-    lmh_bytes8 q = lmh_load_bytes8(b->qs + at);
+    float d = lmh_f16(lmh_load16(lanes != 0u ? chunk + 256u + ((lane >> 2) << 1) : b->d));
+    lmh_bytes8 q = lanes != 0u ? lmh_load_words8(chunk + (lane << 3)) : lmh_load_bytes8(b->qs + ((lane & 3u) << 3));
     q.lo = q.lo ^ 0x80808080u;
     q.hi = q.hi ^ 0x80808080u;
     lmh_f8 w;
@@ -794,19 +809,60 @@ LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
     }
 }
 
+// Whether the matvec of `type` reads the lane layout (LMH_LANE_LAYOUT): the types whose blocks
+// put a lane's code bytes at 2-byte offsets and whose kernels read them from device memory at
+// most pass sizes (Q6_K's read shared memory, and gained nothing: call 60).
+LMH_FN lmh_u32 lmh_lane_layout(lmh_u32 type) {
+    lmh_u32 laid = type == LMH_TYPE_Q4_0 || type == LMH_TYPE_IQ4_NL || type == LMH_TYPE_Q8_0;
+    return LMH_LANE_LAYOUT != 0u && laid != 0u ? 1u : 0u;
+}
+
+// Bytes of a row of the lane layout's copy: a row of `row_bytes`, padded to 4-byte multiples so
+// that every whole chunk (272 or 144 bytes) starts 4-byte aligned.
+LMH_FN lmh_u32 lmh_lane_row_bytes(lmh_u32 row_bytes) {
+    return (row_bytes + 3u) & ~3u;
+}
+
+// The lane layout's copy of p.vocab rows of p.row_bytes at `w` (a type lmh_lane_layout names),
+// into `to`, rows of lmh_lane_row_bytes: a lane moves a block of a whole chunk at a time (its
+// code bytes to the chunk's front, its 2-byte scale behind all 8 blocks' codes), then the rest
+// of the row (a partial chunk's blocks as they are, then zeros) a byte at a time.
+LMH_FN void lmh_lane_relayout(lmh_matvec_params p, LMH_GLOBAL const lmh_u8 *w, LMH_GLOBAL lmh_u8 *to, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_u32 chunk_bytes = lmh_chunk_bytes(p.type_id);
+    lmh_u32 block_bytes = chunk_bytes >> 3;
+    lmh_u32 code_bytes = block_bytes - 2u; // each block: a 2-byte scale, then its codes
+    lmh_u32 whole_bytes = (p.hidden >> 8) * chunk_bytes;
+    lmh_u32 to_row_bytes = lmh_lane_row_bytes(p.row_bytes);
+    for (lmh_u64 j = simdgroup; j < p.vocab; j += simdgroups) {
+        LMH_GLOBAL const lmh_u8 *row = w + j * p.row_bytes;
+        LMH_GLOBAL lmh_u8 *out = to + j * to_row_bytes;
+        for (lmh_u32 b = lane; b < (p.hidden >> 8) * 8u; b += 32u) {
+            LMH_GLOBAL const lmh_u8 *block = row + b * block_bytes;
+            LMH_GLOBAL lmh_u8 *chunk = out + (b >> 3) * chunk_bytes;
+            for (lmh_u32 i = 0u; i < code_bytes; i++) chunk[(b & 7u) * code_bytes + i] = block[2u + i];
+            chunk[8u * code_bytes + ((b & 7u) << 1)] = block[0];
+            chunk[8u * code_bytes + ((b & 7u) << 1) + 1u] = block[1];
+        }
+        for (lmh_u32 i = whole_bytes + lane; i < to_row_bytes; i += 32u) out[i] = i < p.row_bytes ? row[i] : 0u;
+    }
+}
+
 // `type` is a literal at every entry point, so inlining leaves one decoder per kernel.
-// `load` (a literal) says how a dense row's values may be read; `values` counts from the
-// chunk's first value; `s` is the lane's sub-block scale (types with sub-block scales).
+// `load` (a literal) says how a dense row's values may be read, and whether the chunk is a
+// row's partial last one (LMH_LOAD_PARTIAL), which the lane layout leaves as it is; `values`
+// counts from the chunk's first value; `s` is the lane's sub-block scale (types with
+// sub-block scales).
 LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 skew, lmh_u32 values, lmh_u32 load, lmh_scale_min s) {
+    lmh_u32 lanes = lmh_lane_layout(type) != 0u && load != LMH_LOAD_PARTIAL;
     switch (type) {
     case LMH_TYPE_Q4_0:
     case LMH_TYPE_IQ4_NL:
-        return lmh_decode_nibbles(chunk, lane, type);
+        return lmh_decode_nibbles(chunk, lane, type, lanes);
     case LMH_TYPE_Q5_0:
     case LMH_TYPE_Q5_1:
         return lmh_decode_q5(chunk, lane, type);
     case LMH_TYPE_Q8_0:
-        return lmh_decode_q8_0(chunk, lane);
+        return lmh_decode_q8_0(chunk, lane, lanes);
     case LMH_TYPE_Q2_K:
         return lmh_decode_q2_k(chunk, lane, s);
     case LMH_TYPE_Q3_K:

@@ -49,6 +49,22 @@ pub const CountNonFinite = extern struct {
 /// LMH_STAGE_ROW_BYTES): what a GPU backend sizes a kernel's shared memory by.
 pub const stage_row_bytes = 288;
 
+/// kernels.h's lane layout (LMH_LANE_LAYOUT): where a backend's modules take it (CUDA's), the
+/// matvec of these types reads a copy of the head that the kernel "lane_relayout" makes, with
+/// each whole chunk's code bytes ahead of its scales, in rows of `laneRowBytes`.
+pub fn laneLayout(type_id: u32) bool {
+    const Type = @import("../numerics/formats.zig").Type;
+    return switch (type_id) {
+        @backingInt(Type.q4_0), @backingInt(Type.q8_0), @backingInt(Type.iq4_nl) => true,
+        else => false,
+    };
+}
+
+pub fn laneRowBytes(row_bytes: u32) u32 {
+    std.debug.assert(row_bytes <= std.math.maxInt(u32) - 3);
+    return std.mem.alignForward(u32, row_bytes, 4);
+}
+
 comptime {
     std.debug.assert(@sizeOf(RmsNorm) == 16);
     std.debug.assert(@sizeOf(Matvec) == 28);

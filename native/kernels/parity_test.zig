@@ -255,10 +255,12 @@ fn runEmulator(comptime E: type, allocator: std.mem.Allocator, case: *const Case
     };
     var name: [32]u8 = undefined;
     const matvec_name = try std.fmt.bufPrint(&name, "matvec_{s}_f32", .{formats.format(@backingInt(case.type)).?.name});
-    try matvecGuarded(E, allocator, try E.kernel(matvec_name), &matvec, out.y, case.weights, out.logits, grid);
-    var raw = matvec;
+    const laid = try laneLayout(E, allocator, &matvec, case.weights, grid);
+    defer if (laid.copy) |copy| allocator.free(copy);
+    try matvecGuarded(E, allocator, try E.kernel(matvec_name), &laid.params, out.y, laid.weights, out.logits, grid);
+    var raw = laid.params;
     raw.input_flushed = 0;
-    try matvecGuarded(E, allocator, try E.kernel(matvec_name), &raw, x, case.weights, out.raw, grid);
+    try matvecGuarded(E, allocator, try E.kernel(matvec_name), &raw, x, laid.weights, out.raw, grid);
     @memcpy(out.capped, out.logits);
     const softcap: params.Softcap = .{ .values = out.capped.len, .cap = case.cap, .inv_cap = 1.0 / case.cap };
     try E.dispatch(try E.kernel("softcap_f32"), &softcap, &.{ptr(out.capped)}, grid);
@@ -273,6 +275,24 @@ fn runEmulator(comptime E: type, allocator: std.mem.Allocator, case: *const Case
     try E.dispatch(try E.kernel("sum_segments_u32"), &split, &.{ ptr(&partials), ptr(&summed) }, grid);
     try std.testing.expectEqualSlices(u32, out.counts, summed[0..rows]);
     return out;
+}
+
+/// The weights and parameters a build's matvec reads: the lane layout's copy where it takes
+/// one (made by its "lane_relayout" over a copy poisoned first, so a byte it left unwritten
+/// would show), else the weights as they are. The caller frees `copy`.
+fn laneLayout(comptime E: type, allocator: std.mem.Allocator, matvec: *const params.Matvec, weights: []align(gpu_alignment) const u8, grid: emulator.Grid) !struct { params: params.Matvec, weights: []align(gpu_alignment) const u8, copy: ?[]align(gpu_alignment) u8 } {
+    if (!E.laneLayout(@fromBackingInt(@intCast(matvec.type_id)))) return .{ .params = matvec.*, .weights = weights, .copy = null };
+    var laid = matvec.*;
+    laid.row_bytes = E.laneRowBytes(matvec.row_bytes);
+    // 16-byte pieces, as a GPU allocation has them (a bulk copy reads those around the rows).
+    const copy = try allocator.alignedAlloc(u8, .fromByteUnits(gpu_alignment), std.mem.alignForward(usize, @as(usize, laid.row_bytes) * laid.vocab, 16));
+    @memset(copy, 0xA5);
+    try E.dispatch(try E.kernel("lane_relayout"), matvec, &.{ ptr(weights), ptr(copy) }, grid);
+    for (0..laid.vocab) |j| {
+        const padding = copy[j * laid.row_bytes ..][matvec.row_bytes..laid.row_bytes];
+        for (padding) |byte| try std.testing.expectEqual(@as(u8, 0), byte);
+    }
+    return .{ .params = laid, .weights = copy, .copy = copy };
 }
 
 /// A matvec into `out` through a buffer one row longer, whose last row no pass may write: the

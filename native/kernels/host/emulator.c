@@ -173,6 +173,14 @@ static _Thread_local const lmh_u8 *weights_end;
     }
 LMH_HEAD_TYPES(LMH_MATVEC_ENTRY)
 
+// The lane layout's copy of a head (CUDA's lane_relayout; not a registry kernel): the weights
+// then the copy.
+static void run_lane_relayout(const void *params, void *const *buffers, lmh_u32 simdgroup, lmh_u32 simdgroups, lmh_u32 lane) {
+    lmh_matvec_params p;
+    memcpy(&p, params, sizeof p);
+    lmh_lane_relayout(p, (const lmh_u8 *)buffers[0], (lmh_u8 *)buffers[1], simdgroup, simdgroups, lane);
+}
+
 // Self-tests of the emulator, not kernels of the library (emulator_test.zig).
 // emulator_shuffles: out[192·s + 32·k + l] = what lane l of simdgroup s receives from the
 // k-th of six shuffles, xor masks 16, 8, 4, 2, 1, then from lane (7·l + 3) % 32, each lane
@@ -217,6 +225,7 @@ static const lmh_kernel kernels[] = {
     { "softcap_f32", sizeof(lmh_softcap_params), 1, no_type, run_softcap },
     { "count_non_finite_f32", sizeof(lmh_count_non_finite_params), 2, no_type, run_count_non_finite },
     { "sum_segments_u32", sizeof(lmh_count_non_finite_params), 2, no_type, run_sum_segments },
+    { "lane_relayout", sizeof(lmh_matvec_params), 2, no_type, run_lane_relayout },
     LMH_HEAD_TYPES(LMH_MATVEC_KERNEL)
     { "emulator_shuffles", sizeof(lmh_u32), 1, no_type, run_shuffles },
     { "emulator_diverges", sizeof(lmh_u32), 1, no_type, run_diverges },
@@ -314,6 +323,16 @@ static void lmh_emulator_stage_wait(lmh_u32 newest) {
     g->pending_count[lane] = kept;
 }
 #endif
+
+// Whether this build's matvec of `type` reads the lane layout, and that layout's row bytes
+// (the CUDA backend makes its copies by its own rules; a test compares them).
+lmh_u32 LMH_EXPORT(lane_layout)(lmh_u32 type) {
+    return lmh_lane_layout(type);
+}
+
+lmh_u32 LMH_EXPORT(lane_row_bytes)(lmh_u32 row_bytes) {
+    return lmh_lane_row_bytes(row_bytes);
+}
 
 #ifdef LMH_EMULATOR_BULK
 static void lmh_emulator_bulk_start(lmh_u32 lane) {
