@@ -439,6 +439,7 @@ pub fn compileModule(nvrtc: *const driver.Nvrtc, arch: u32, ftz: bool, pass: usi
         .{ "LMH_THREADGROUP_SHIFT", std.math.log2_int(u32, warps_per_block) },
         .{ "LMH_PAD_REST", @intFromBool(shape.pad_rest) },
         .{ "LMH_PAD_RESIDENT", @intFromBool(shape.pad_resident) },
+        .{ "LMH_LANE_LAYOUT", 1 },
     };
     comptime std.debug.assert(defines.len <= module.max_defines);
     return module.cubin(nvrtc, .{ .arch = arch, .ftz = ftz, .defines = &defines });
@@ -523,6 +524,38 @@ fn countSegments(rows: u32, row_values: u32, warps_wanted: u64) u32 {
     while (segments < max_segments and @as(u64, rows) * segments < warps_wanted and @as(u64, segments) * 32 * 8 < row_values) segments *= 2;
     return segments;
 }
+/// Lane-layout copies a device keeps at most (kernels.h LMH_LANE_LAYOUT, which every module
+/// takes): a decode loop reads one head; a larger set of heads takes turns.
+const max_lane_copies = 4;
+
+/// The lane layout's copy of a head that matvecs read: made on the device from the head's
+/// bytes at `source` (`key`'s vocab rows of its row_bytes), kept while those bytes stay as
+/// they were.
+const LaneCopy = struct {
+    source: driver.DevicePointer = 0,
+    /// The matvec's hidden, vocab, type_id and row_bytes (its other fields zero).
+    key: params.Matvec = std.mem.zeroes(params.Matvec),
+    copy: driver.DevicePointer = 0,
+    /// Backend.lane_clock at its last use; 0: the slot is empty.
+    used: u64 = 0,
+
+    fn keyOf(p: params.Matvec) params.Matvec {
+        return .{ .rows = 0, .hidden = p.hidden, .vocab = p.vocab, .type_id = p.type_id, .row_bytes = p.row_bytes, .chunks = 0 };
+    }
+
+    fn sourceBytes(c: LaneCopy) u64 {
+        return @as(u64, c.key.vocab) * c.key.row_bytes;
+    }
+};
+
+/// The parameters a matvec's kernel runs with: those recorded, or, for a type the modules read
+/// in the lane layout, the same with its copy's row bytes.
+fn laidParams(p: params.Matvec) params.Matvec {
+    var laid = p;
+    if (params.laneLayout(p.type_id)) laid.row_bytes = params.laneRowBytes(p.row_bytes);
+    return laid;
+}
+
 /// The largest kernel parameter: the params structs of kernels/params.zig.
 const max_argument_bytes = 32;
 
@@ -550,6 +583,7 @@ const Kernels = struct {
     softcap: driver.Function,
     count_non_finite: driver.Function,
     sum_segments: driver.Function,
+    lane_relayout: driver.Function,
     probe_read: driver.Function,
     probe_fma: driver.Function,
     /// By pass size (pass_sizes), then the type's index in formats.all, then input_flushed
@@ -588,6 +622,9 @@ pub const Backend = struct {
     /// As kernels.matvec: the blocks of a matvec with `shared_bytes` of dynamic shared memory
     /// (a bulk ring, resident rows) that one SM holds (0 bytes: not asked yet).
     held_blocks: [pass_sizes.len][formats.all.len][2]struct { shared_bytes: u32, blocks: u32 } = @splat(@splat(@splat(.{ .shared_bytes = 0, .blocks = 0 }))),
+    /// The heads' lane-layout copies; lane_clock counts their uses, for the least recent.
+    lane_copies: [max_lane_copies]LaneCopy = @splat(.{}),
+    lane_clock: u64 = 0,
 
     pub const name = "cuda";
     pub const host_visible = false;
@@ -650,6 +687,7 @@ pub const Backend = struct {
         k.softcap = try backend.function(first, "softcap_f32");
         k.count_non_finite = try backend.function(first, "count_non_finite_f32");
         k.sum_segments = try backend.function(first, "sum_segments_u32");
+        k.lane_relayout = try backend.function(first, "lane_relayout");
         k.probe_read = try backend.function(first, "lmh_probe_read");
         k.probe_fma = try backend.function(first, "lmh_probe_fma");
     }
@@ -729,6 +767,9 @@ pub const Backend = struct {
             _ = cuda.cuEventDestroy_v2(e);
         };
         if (backend.partials.bytes != 0) _ = cuda.cuMemFree_v2(backend.partials.pointer);
+        for (backend.lane_copies) |c| if (c.used != 0) {
+            _ = cuda.cuMemFree_v2(c.copy);
+        };
         for (backend.staging_free, 0..) |e, i| if (e != null) {
             _ = cuda.cuEventDestroy_v2(e);
             _ = cuda.cuMemFreeHost(backend.staging[i]);
@@ -788,6 +829,7 @@ pub const Backend = struct {
     pub fn free(backend: *Backend, memory: Memory) void {
         backend.enter() catch return;
         defer backend.leave();
+        backend.dropLaneCopies(memory.pointer, memory.bytes);
         _ = backend.cuda.cuMemFree_v2(memory.pointer);
     }
 
@@ -801,6 +843,7 @@ pub const Backend = struct {
         std.debug.assert(offset_bytes + src.len <= memory.bytes);
         try backend.enter();
         defer backend.leave();
+        backend.dropLaneCopies(memory.pointer + offset_bytes, src.len);
         const cuda = backend.cuda;
         var done: usize = 0;
         var piece: usize = 0;
@@ -851,9 +894,13 @@ pub const Backend = struct {
         try backend.enter();
         defer backend.leave();
         const cuda = backend.cuda;
-        // Modules a call needs first, so a compile never falls inside the timed launches.
+        // Modules a call needs first, and its heads' lane-layout copies, so that neither a
+        // compile nor a first copy falls inside the timed launches.
         for (commands) |command| switch (command) {
-            .matvec => |c| try backend.loadMatvec(passIndex(&backend.tunings, c.params, backend.max_block_shared_bytes), c.params.type_id),
+            .matvec => |c| {
+                try backend.loadMatvec(passIndex(&backend.tunings, c.params, backend.max_block_shared_bytes), c.params.type_id);
+                if (params.laneLayout(c.params.type_id)) _ = try backend.laneCopy(c.params, pointer(c.weight));
+            },
             else => {},
         };
         try cuda.check(cuda.cuEventRecord(backend.timing[0], backend.stream), "cuEventRecord");
@@ -867,30 +914,40 @@ pub const Backend = struct {
 
     fn encode(backend: *Backend, command: Command) Error!void {
         const k = &backend.kernels;
+        // What a command writes is no longer what a lane-layout copy of it holds: dropped once
+        // the command is launched (its own weights copied before), made again where read next.
+        defer switch (command) {
+            .barrier => {},
+            inline .rms_norm, .matvec => |c| backend.dropLaneCopies(pointer(c.output), c.output.bytes),
+            .softcap => |c| backend.dropLaneCopies(pointer(c.data), c.data.bytes),
+            .count_non_finite => |c| backend.dropLaneCopies(pointer(c.counts), c.counts.bytes),
+        };
         switch (command) {
             .barrier => {},
             .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
             .matvec => |c| {
-                const pass = passIndex(&backend.tunings, c.params, backend.max_block_shared_bytes);
-                std.debug.assert(backend.modules[pass][formatIndex(c.params.type_id)] != null); // loaded by execute
-                const shape = backend.tunings[pass].shapeOf(c.params.type_id);
-                const normed = @intFromBool(c.params.input_flushed != 0);
-                const f = k.matvec[pass][formatIndex(c.params.type_id)][normed];
-                var grid = warpGrid(c.params.vocab, shape.vocab_rows);
+                const weights = if (params.laneLayout(c.params.type_id)) try backend.laneCopy(c.params, pointer(c.weight)) else pointer(c.weight);
+                const p = laidParams(c.params);
+                const pass = passIndex(&backend.tunings, p, backend.max_block_shared_bytes);
+                std.debug.assert(backend.modules[pass][formatIndex(p.type_id)] != null); // loaded by execute
+                const shape = backend.tunings[pass].shapeOf(p.type_id);
+                const normed = @intFromBool(p.input_flushed != 0);
+                const f = k.matvec[pass][formatIndex(p.type_id)][normed];
+                var grid = warpGrid(p.vocab, shape.vocab_rows);
                 // A shape has a bulk ring or resident rows, one at most (validShape).
-                const ring = bulkRingBytes(shape, c.params, backend.max_block_shared_bytes);
-                const area = areaBytes(shape, c.params, backend.max_block_shared_bytes);
+                const ring = bulkRingBytes(shape, p, backend.max_block_shared_bytes);
+                const area = areaBytes(shape, p, backend.max_block_shared_bytes);
                 std.debug.assert(ring == 0 or area == 0);
                 // Persistent blocks, as many as the SMs hold: each warp's ring runs ahead across
                 // the groups of vocab rows it computes.
-                if (ring != 0) grid = @min(grid, try backend.heldBlocks(pass, c.params.type_id, normed, ring) * backend.multiprocessors);
+                if (ring != 0) grid = @min(grid, try backend.heldBlocks(pass, p.type_id, normed, ring) * backend.multiprocessors);
                 // Resident rows: persistent blocks too, as many for each tile of 8 rows (kernels.h
                 // lmh_matvec_resident), so every tile's vocab rows are shared alike.
                 if (area != 0 and shape.resident) {
-                    const tiles = std.math.divCeil(u32, c.params.rows, 8) catch unreachable;
-                    grid = @max(tiles, try backend.heldBlocks(pass, c.params.type_id, normed, area) * backend.multiprocessors / tiles * tiles);
+                    const tiles = std.math.divCeil(u32, p.rows, 8) catch unreachable;
+                    grid = @max(tiles, try backend.heldBlocks(pass, p.type_id, normed, area) * backend.multiprocessors / tiles * tiles);
                 }
-                try backend.launchShared(f, grid, threads_per_block, ring + area, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) });
+                try backend.launchShared(f, grid, threads_per_block, ring + area, .{ p, pointer(c.input), weights, pointer(c.output) });
             },
             .softcap => |c| {
                 const blocks = @min(std.math.divCeil(u64, c.params.values, threads_per_block) catch unreachable, 32 * @as(u64, backend.multiprocessors));
@@ -898,6 +955,51 @@ pub const Backend = struct {
             },
             .count_non_finite => |c| try backend.countNonFinite(c.params, pointer(c.data), pointer(c.counts)),
         }
+    }
+
+    /// The device address of the lane-layout copy of the head a matvec `p` reads at `source`:
+    /// the one kept, or a new one made on the stream (in the slot of the least recently used
+    /// where all are taken). The context is current and the stream taken.
+    fn laneCopy(backend: *Backend, p: params.Matvec, source: driver.DevicePointer) Error!driver.DevicePointer {
+        std.debug.assert(params.laneLayout(p.type_id));
+        const key = LaneCopy.keyOf(p);
+        backend.lane_clock += 1;
+        var slot = &backend.lane_copies[0];
+        for (&backend.lane_copies) |*c| {
+            if (c.used != 0 and c.source == source and std.meta.eql(c.key, key)) {
+                c.used = backend.lane_clock;
+                return c.copy;
+            }
+            if (c.used < slot.used) slot = c;
+        }
+        if (slot.used != 0) try backend.freeLaneCopy(slot);
+        const bytes = @as(u64, key.vocab) * params.laneRowBytes(key.row_bytes);
+        var copy: driver.DevicePointer = 0;
+        // A multiple of 16 bytes, as alloc's: a bulk copy reads the 16-byte pieces around its rows.
+        backend.cuda.check(backend.cuda.cuMemAlloc_v2(&copy, @intCast(std.mem.alignForward(u64, bytes, 16))), "cuMemAlloc") catch
+            return fail(error.OutOfMemory, "CUDA could not allocate {d} bytes of device memory for the head's lane-layout copy", .{bytes});
+        errdefer _ = backend.cuda.cuMemFree_v2(copy);
+        try backend.launch(backend.kernels.lane_relayout, @min(warpGrid(key.vocab, 1), 64 * backend.multiprocessors), threads_per_block, .{ key, source, copy });
+        slot.* = .{ .source = source, .key = key, .copy = copy, .used = backend.lane_clock };
+        return copy;
+    }
+
+    /// Drops the lane-layout copies of heads that overlap `bytes` at `start` (written, or about
+    /// to be written or freed). The context is current and the stream taken.
+    fn dropLaneCopies(backend: *Backend, start: driver.DevicePointer, bytes: u64) void {
+        for (&backend.lane_copies) |*c| {
+            if (c.used != 0 and start < c.source + c.sourceBytes() and c.source < start + bytes) backend.freeLaneCopy(c) catch {};
+        }
+    }
+
+    /// Frees a copy once the stream's launches, which may read it, are done; the slot is
+    /// emptied even where the wait fails (the copy is then left to the context's end).
+    fn freeLaneCopy(backend: *Backend, c: *LaneCopy) Error!void {
+        std.debug.assert(c.used != 0);
+        const copy = c.copy;
+        c.* = .{};
+        try backend.cuda.check(backend.cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
+        _ = backend.cuda.cuMemFree_v2(copy);
     }
 
     /// The blocks of a pass's matvec of `type_id` with `shared_bytes` of dynamic shared memory

@@ -29,6 +29,13 @@ extern "C" __global__ void sum_segments_u32(lmh_count_non_finite_params p, const
     lmh_sum_segments(p, partials, counts, simdgroup, simdgroups, lane);
 }
 
+// The lane layout's copy of a head (kernels.h LMH_LANE_LAYOUT), made once per head: p names
+// the head's rows as its matvec does (not a registry kernel).
+extern "C" __global__ void lane_relayout(lmh_matvec_params p, const lmh_u8 *w, lmh_u8 *to) {
+    LMH_CUDA_IDS
+    lmh_lane_relayout(p, w, to, simdgroup, simdgroups, lane);
+}
+
 // Occupancy: with LMH_CUDA_MIN_BLOCKS > 0, NVRTC caps the matvec's registers so that that
 // many blocks of LMH_CUDA_BLOCK_THREADS threads fit one SM (the backend's tuning; it passes
 // both, and its block size is the one definition of the latter).

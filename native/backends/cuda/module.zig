@@ -26,7 +26,7 @@ pub const Options = struct {
     defines: []const struct { []const u8, u32 },
 };
 
-pub const max_defines = 14;
+pub const max_defines = 15;
 
 /// The compiled module (a cubin), from the cache or compiled now. Caller frees it with c_allocator.
 pub fn cubin(nvrtc: *const driver.Nvrtc, options: Options) Error![]u8 {
