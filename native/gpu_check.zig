@@ -4,8 +4,10 @@
 //! compares the logits byte for byte; `bench` times the CUDA head per type and N against
 //! the read bandwidth and FMA rate measured in the same run. Without a usable GPU it prints
 //! why and exits 0, so CI machines skip it with a reason; where NVRTC loads it then compiles
-//! every module into the cache (LMHEAD_CACHE; with LMHEAD_CUDA_FTZ=1 the --ftz=true ones), so a
-//! GPU machine's run can start from modules compiled elsewhere.
+//! into the cache (LMHEAD_CACHE; with LMHEAD_CUDA_FTZ=1 the --ftz=true ones) every module the
+//! same command would load on a GPU (every one-row module, which a device compiles when it
+//! opens, and every module of the types listed), so a GPU machine's run can start from
+//! modules compiled elsewhere.
 //!
 //!   lmhead-gpu-check check [TYPES]   every head type x N, or those listed (e.g. `Q3_K,Q8_0`),
 //!                            realistic and adversarial inputs, --ftz both ways
@@ -85,7 +87,7 @@ pub fn main(init: std.process.Init.Minimal) !void {
             std.process.exit(1);
         }
         std.debug.print("SKIP: no CUDA device: {s}\n", .{text[0..@min(n, text.len)]});
-        return compileOnly();
+        return compileOnly(types);
     }
     var text: [256]u8 = undefined;
     var info: [3]u32 = undefined;
@@ -242,6 +244,8 @@ fn check(cuda: u64, types: TypeSet) !void {
             failures += result[0];
             cases += result[1];
         }
+        failures += try checkRewritten(cpu, cuda, f, partial_hidden, random);
+        cases += 1;
     }
     std.debug.print("check: {d} of {d} cases equal to the CPU bit for bit (a NaN as any NaN)\n", .{ cases - failures, cases });
     if (failures > 0) std.process.exit(1);
@@ -304,6 +308,49 @@ fn checkShape(cpu: u64, cuda: u64, cuda_ftz: u64, f: formats.Format, hidden: u32
     }
     std.debug.print("{s:<7} hidden={d:>4} vocab={d:>6} {s:<11}: {d}/{d} cases equal\n", .{ f.name, hidden, vocab, @tagName(kind), cases - failed, cases });
     return .{ failed, cases };
+}
+
+/// Returns 1 if the head on weights written over those of an earlier call (the device may keep
+/// its own copy of a head, such as the lane layout's: it must not outlive the bytes) differs
+/// from the CPU's on the new weights, else 0.
+fn checkRewritten(cpu: u64, cuda: u64, f: formats.Format, hidden: u32, random: std.Random) !u32 {
+    const a = std.heap.c_allocator;
+    const vocab = 1001;
+    const rows = 3;
+    const row_bytes = formats.rowBytes(f.type, hidden).?;
+    const before = try a.alloc(u8, row_bytes * vocab);
+    defer a.free(before);
+    const after = try a.alloc(u8, row_bytes * vocab);
+    defer a.free(after);
+    fillWeights(f.type, random, before, row_bytes, .realistic);
+    fillWeights(f.type, random, after, row_bytes, .realistic);
+    const norm = try a.alloc(f32, hidden);
+    defer a.free(norm);
+    @memset(norm, 1);
+    const x = try a.alloc(f32, pool_rows * hidden);
+    defer a.free(x);
+    fillInputs(random, x, hidden);
+    // Each device's head wraps its own copy of `before`: the CPU's buffer is that memory,
+    // so the write of `after` lands in it.
+    const wrapped = try a.alloc(u8, before.len);
+    defer a.free(wrapped);
+    var logits: [2][]f32 = .{ &.{}, &.{} };
+    defer for (logits) |l| a.free(l);
+    for (&logits, [_]u64{ cpu, cuda }) |*out, device| {
+        out.* = try a.alloc(f32, rows * vocab);
+        @memcpy(wrapped, before);
+        var head = try Head.init(device, @backingInt(f.type), hidden, vocab, wrapped, norm);
+        defer head.deinit();
+        try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, @as(u64, rows) * hidden * 4));
+        try head.runStages(rows, 1e-6, .head);
+        try ok(lib.lmh_buffer_write(head.weight, 0, after.ptr, after.len));
+        try head.runStages(rows, 1e-6, .head);
+        try ok(lib.lmh_buffer_read(head.logits, 0, std.mem.sliceAsBytes(out.*).ptr, out.len * 4));
+    }
+    const order = [rows]u32{ 0, 1, 2 };
+    const differing = compareRows(logits[0], logits[1], &order, vocab);
+    std.debug.print("{s:<7} hidden={d:>4} vocab={d:>6} weights written after a call: {s}\n", .{ f.name, hidden, vocab, if (differing.words == 0) "equal" else "MISMATCH" });
+    return @intFromBool(differing.words != 0);
 }
 
 fn compareRows(want: []const f32, got: []const f32, order: []const u32, vocab: usize) struct { words: u64, slot: usize, logit: usize, want: u32, got: u32 } {
@@ -466,8 +513,13 @@ fn writeCubin(path: *[1024:0]u8, dir: []const u8, rows: u32, shape: cuda_backend
 }
 
 /// Without a GPU, NVRTC alone (if it is found) still shows the kernel source compiles for
-/// an H100/H200 (sm_90), with the options the backend uses.
-fn compileOnly() void {
+/// an H100/H200 (sm_90), with the options the backend uses: the modules a run of `types`
+/// loads (every one-row module, since a device compiles them all when it opens).
+fn compileOnly(listed: TypeSet) void {
+    var wanted: u32 = 0;
+    for (formats.all, listed) |f, chosen| {
+        if (chosen) wanted |= @as(u32, 1) << @intCast(@backingInt(f.type));
+    }
     const nvrtc = cuda_driver.loadNvrtc() catch {
         std.debug.print("SKIP: NVRTC compile: {s}\n", .{status.message()});
         return;
@@ -479,7 +531,14 @@ fn compileOnly() void {
     for (cuda_backend.pass_sizes, tunings, 0..) |rows, tuning, pass| {
         // A pass size's modules at once, as the backend compiles the one-row ones at open.
         var buffer: [formats.all.len]cuda_backend.Shape = undefined;
-        const shapes = cuda_backend.shapesOf(tuning, &buffer);
+        var count: usize = 0;
+        for (cuda_backend.shapesOf(tuning, &buffer)) |shape| {
+            if (pass != 0 and tuning.typesWith(shape) & wanted == 0) continue;
+            buffer[count] = shape;
+            count += 1;
+        }
+        const shapes = buffer[0..count];
+        if (shapes.len == 0) continue;
         var images: [formats.all.len][]u8 = undefined;
         const start = seconds();
         cuda_backend.compileModules(&nvrtc.table, 90, cuda_backend.ftzFromEnv(), pass, tuning, shapes, images[0..shapes.len]) catch {
