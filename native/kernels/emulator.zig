@@ -26,6 +26,7 @@ pub fn Emulator(comptime prefix: []const u8) type {
         const bulk_stage_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_bulk_stage_bytes" });
         const lane_layout_c = @extern(*const fn (u32) callconv(.c) u32, .{ .name = prefix ++ "_lane_layout" });
         const lane_row_bytes_c = @extern(*const fn (u32) callconv(.c) u32, .{ .name = prefix ++ "_lane_row_bytes" });
+        const rows_per_pass_c = @extern(*const fn () callconv(.c) u32, .{ .name = prefix ++ "_rows_per_pass" });
         const area_bytes_c = @extern(*const fn (u32) callconv(.c) u64, .{ .name = prefix ++ "_area_bytes" });
 
         /// The kernel named `name` (core/registry.zig's names, e.g. "matvec_Q6_K_f32").
@@ -82,6 +83,11 @@ pub fn Emulator(comptime prefix: []const u8) type {
         /// LMH_LANE_LAYOUT): its weights then go through "lane_relayout" first.
         pub fn laneLayout(t: formats.Type) bool {
             return lane_layout_c(@backingInt(t)) != 0;
+        }
+
+        /// The build's LMH_ROWS_PER_PASS.
+        pub fn rowsPerPass() u32 {
+            return rows_per_pass_c();
         }
 
         /// kernels.h's bytes of a row of the lane layout's copy, for rows of `row_bytes`.
@@ -250,7 +256,7 @@ fn expectSameFunction(comptime name: []const u8, inputs: []const f32, outputs: [
 
 test "the lane layout is taken for the types and row sizes params.zig names, by the builds that CUDA's modules are" {
     inline for (.{ retuned, staged, resident, resident_padded }) |build| {
-        for (std.enums.values(formats.Type)) |t| try std.testing.expectEqual(params.laneLayout(@backingInt(t)), build.laneLayout(t));
+        for (std.enums.values(formats.Type)) |t| try std.testing.expectEqual(params.laneLayout(@backingInt(t), build.rowsPerPass()), build.laneLayout(t));
     }
     for (std.enums.values(formats.Type)) |t| try std.testing.expect(!default.laneLayout(t));
     for ([_]u32{ 18, 34, 306, 308, 850, 1584, 2992, 65534, 65535 }) |row_bytes| {

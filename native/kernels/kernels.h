@@ -373,7 +373,7 @@ LMH_STATIC_ASSERT(sizeof(lmh_block_iq4_xs) == 136, "IQ4_XS block");
 // at an even offset of its block; rows start at multiples of the (even) row size from a
 // weight buffer 4-byte aligned (checked when the matvec is recorded); so lmh_load16 is
 // always aligned, and lmh_load32 is used for F32 rows and at offsets that are multiples of
-// 4 in blocks whose size is one (Q2_K, Q4_K, Q5_K, IQ4_XS).
+// 4 in blocks whose size is one (Q2_K, Q4_K, Q5_1, Q5_K, IQ4_XS) and in the lane layout.
 
 // A 4-byte field at an even offset.
 LMH_FN lmh_u32 lmh_le32(LMH_GLOBAL const lmh_u8 *p) {
@@ -521,7 +521,11 @@ LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, l
 
 // Q5_0 d·(q−16), Q5_1 (d·q) + m, with q's fifth bit from bit e of qh. Q5_1 is written
 // fma(d, q, m): d·q is exact, so it equals the product rounded, then the sum rounded.
-LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type) {
+// Q5_1's 24-byte blocks keep qh and qs 4-byte aligned, so below 8 rows a pass they are read
+// as words (5-12% less at N = 1 to 4 on an H100; from N = 8 5-35% more: call 63); Q5_0's
+// 22-byte ones only in the lane layout (`lanes`: each block's qh and qs, 20 bytes, at 20·b,
+// its d at 160 + 2·b).
+LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 type, lmh_u32 lanes) {
     lmh_u32 block = lane >> 2;
     lmh_u32 at = (lane & 1u) << 3;
     lmh_u32 shift = (lane & 2u) << 1;
@@ -529,18 +533,23 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u3
     float d;
     float m = 0.0f;
     lmh_u32 qh;
-    LMH_GLOBAL const lmh_u8 *qs;
-    if (type == LMH_TYPE_Q5_0) {
+    lmh_bytes8 raw;
+    if (type == LMH_TYPE_Q5_0 && lanes != 0u) {
+        LMH_GLOBAL const lmh_u8 *codes = chunk + block * 20u;
+        d = lmh_f16(lmh_load16(chunk + 160u + (block << 1)));
+        qh = lmh_load32(codes);
+        raw = lmh_load_words8(codes + 4u + at);
+    } else if (type == LMH_TYPE_Q5_0) {
         LMH_GLOBAL const lmh_block_q5_0 *b = (LMH_GLOBAL const lmh_block_q5_0 *)chunk + block;
         d = lmh_f16(lmh_load16(b->d));
         qh = lmh_le32(b->qh);
-        qs = b->qs;
+        raw = lmh_load_bytes8(b->qs + at);
     } else {
         LMH_GLOBAL const lmh_block_q5_1 *b = (LMH_GLOBAL const lmh_block_q5_1 *)chunk + block;
         d = lmh_f16(lmh_load16(b->d));
         m = lmh_f16(lmh_load16(b->m));
-        qh = lmh_le32(b->qh);
-        qs = b->qs;
+        qh = LMH_ROWS_PER_PASS < 8u ? lmh_load32(b->qh) : lmh_le32(b->qh);
+        raw = LMH_ROWS_PER_PASS < 8u ? lmh_load_words8(b->qs + at) : lmh_load_bytes8(b->qs + at);
     }
     // Bits first..first+7 of qh, one to a byte: a multiply by 0x00204081 moves bit k of a
     // nibble to bit 8k (k = 0..3), the mask drops the rest.
@@ -548,7 +557,7 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u3
     lmh_bytes8 high;
     high.lo = ((h & 15u) * 0x00204081u) & 0x01010101u;
     high.hi = (((h >> 4) & 15u) * 0x00204081u) & 0x01010101u;
-    lmh_bytes8 code = lmh_merge(lmh_bits(lmh_load_bytes8(qs + at), shift, 0x0F0F0F0Fu), high, 4u);
+    lmh_bytes8 code = lmh_merge(lmh_bits(raw, shift, 0x0F0F0F0Fu), high, 4u);
     lmh_f8 w;
     for (lmh_u32 i = 0u; i < 8u; i++) {
         w.v[i] = type == LMH_TYPE_Q5_0 ? d * lmh_code(code, i, 16u) : lmh_fma(d, lmh_code(code, i, 0u), m);
@@ -811,9 +820,10 @@ LMH_FN lmh_u32 lmh_chunk_bytes(lmh_u32 type) {
 
 // Whether the matvec of `type` reads the lane layout (LMH_LANE_LAYOUT): the types whose blocks
 // put a lane's code bytes at 2-byte offsets and whose kernels read them from device memory at
-// most pass sizes (Q6_K's read shared memory, and gained nothing: call 60).
+// most pass sizes (Q6_K's read shared memory, and gained nothing: call 60). Q5_0's only below
+// 8 rows a pass: 4-7% less at N = 1 to 4 on an H100, but 23-36% more from N = 8 (call 63).
 LMH_FN lmh_u32 lmh_lane_layout(lmh_u32 type) {
-    lmh_u32 laid = type == LMH_TYPE_Q4_0 || type == LMH_TYPE_IQ4_NL || type == LMH_TYPE_Q8_0;
+    lmh_u32 laid = type == LMH_TYPE_Q4_0 || type == LMH_TYPE_IQ4_NL || type == LMH_TYPE_Q8_0 || (type == LMH_TYPE_Q5_0 && LMH_ROWS_PER_PASS < 8u);
     return LMH_LANE_LAYOUT != 0u && laid != 0u ? 1u : 0u;
 }
 
@@ -860,7 +870,7 @@ LMH_FN lmh_f8 lmh_decode(lmh_u32 type, LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 l
         return lmh_decode_nibbles(chunk, lane, type, lanes);
     case LMH_TYPE_Q5_0:
     case LMH_TYPE_Q5_1:
-        return lmh_decode_q5(chunk, lane, type);
+        return lmh_decode_q5(chunk, lane, type, lanes);
     case LMH_TYPE_Q8_0:
         return lmh_decode_q8_0(chunk, lane, lanes);
     case LMH_TYPE_Q2_K:

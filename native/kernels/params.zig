@@ -50,12 +50,14 @@ pub const CountNonFinite = extern struct {
 pub const stage_row_bytes = 288;
 
 /// kernels.h's lane layout (LMH_LANE_LAYOUT): where a backend's modules take it (CUDA's), the
-/// matvec of these types reads a copy of the head that the kernel "lane_relayout" makes, with
-/// each whole chunk's code bytes ahead of its scales, in rows of `laneRowBytes`.
-pub fn laneLayout(type_id: u32) bool {
+/// matvec of these types in passes of `rows_per_pass` reads a copy of the head that the kernel
+/// "lane_relayout" makes, with each whole chunk's code bytes ahead of its scales, in rows of
+/// `laneRowBytes`.
+pub fn laneLayout(type_id: u32, rows_per_pass: u32) bool {
     const Type = @import("../numerics/formats.zig").Type;
     return switch (type_id) {
         @backingInt(Type.q4_0), @backingInt(Type.q8_0), @backingInt(Type.iq4_nl) => true,
+        @backingInt(Type.q5_0) => rows_per_pass < 8,
         else => false,
     };
 }

@@ -548,14 +548,6 @@ const LaneCopy = struct {
     }
 };
 
-/// The parameters a matvec's kernel runs with: those recorded, or, for a type the modules read
-/// in the lane layout, the same with its copy's row bytes.
-fn laidParams(p: params.Matvec) params.Matvec {
-    var laid = p;
-    if (params.laneLayout(p.type_id)) laid.row_bytes = params.laneRowBytes(p.row_bytes);
-    return laid;
-}
-
 /// The largest kernel parameter: the params structs of kernels/params.zig.
 const max_argument_bytes = 32;
 
@@ -898,8 +890,9 @@ pub const Backend = struct {
         // compile nor a first copy falls inside the timed launches.
         for (commands) |command| switch (command) {
             .matvec => |c| {
-                try backend.loadMatvec(passIndex(&backend.tunings, c.params, backend.max_block_shared_bytes), c.params.type_id);
-                if (params.laneLayout(c.params.type_id)) _ = try backend.laneCopy(c.params, pointer(c.weight));
+                const pass = passIndex(&backend.tunings, c.params, backend.max_block_shared_bytes);
+                try backend.loadMatvec(pass, c.params.type_id);
+                if (params.laneLayout(c.params.type_id, pass_sizes[pass])) _ = try backend.laneCopy(c.params, pointer(c.weight));
             },
             else => {},
         };
@@ -926,9 +919,12 @@ pub const Backend = struct {
             .barrier => {},
             .rms_norm => |c| try backend.launch(k.rms_norm, warpGrid(c.params.rows, 1), threads_per_block, .{ c.params, pointer(c.input), pointer(c.weight), pointer(c.output) }),
             .matvec => |c| {
-                const weights = if (params.laneLayout(c.params.type_id)) try backend.laneCopy(c.params, pointer(c.weight)) else pointer(c.weight);
-                const p = laidParams(c.params);
-                const pass = passIndex(&backend.tunings, p, backend.max_block_shared_bytes);
+                // The copy's row bytes change no pass: passIndex reads the rows and hidden size.
+                const pass = passIndex(&backend.tunings, c.params, backend.max_block_shared_bytes);
+                const lanes = params.laneLayout(c.params.type_id, pass_sizes[pass]);
+                const weights = if (lanes) try backend.laneCopy(c.params, pointer(c.weight)) else pointer(c.weight);
+                var p = c.params;
+                if (lanes) p.row_bytes = params.laneRowBytes(c.params.row_bytes);
                 std.debug.assert(backend.modules[pass][formatIndex(p.type_id)] != null); // loaded by execute
                 const shape = backend.tunings[pass].shapeOf(p.type_id);
                 const normed = @intFromBool(p.input_flushed != 0);
@@ -961,7 +957,7 @@ pub const Backend = struct {
     /// the one kept, or a new one made on the stream (in the slot of the least recently used
     /// where all are taken). The context is current and the stream taken.
     fn laneCopy(backend: *Backend, p: params.Matvec, source: driver.DevicePointer) Error!driver.DevicePointer {
-        std.debug.assert(params.laneLayout(p.type_id));
+        std.debug.assert(params.laneLayout(p.type_id, 1));
         const key = LaneCopy.keyOf(p);
         backend.lane_clock += 1;
         var slot = &backend.lane_copies[0];

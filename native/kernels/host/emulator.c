@@ -334,6 +334,10 @@ lmh_u32 LMH_EXPORT(lane_row_bytes)(lmh_u32 row_bytes) {
     return lmh_lane_row_bytes(row_bytes);
 }
 
+lmh_u32 LMH_EXPORT(rows_per_pass)(void) {
+    return LMH_ROWS_PER_PASS;
+}
+
 #ifdef LMH_EMULATOR_BULK
 static void lmh_emulator_bulk_start(lmh_u32 lane) {
     if (lane == 0u) memset(current->bulk, 0, sizeof current->bulk);
