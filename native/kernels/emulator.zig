@@ -119,8 +119,8 @@ pub fn Emulator(comptime prefix: []const u8) type {
 }
 
 /// The source's default tuning (LMH_VOCAB_ROWS_PER_SIMDGROUP, LMH_ROWS_PER_PASS), quantized
-/// heads read as the file holds them. Every other build reads Q4_0, IQ4_NL and Q8_0 heads in
-/// the lane layout (LMH_LANE_LAYOUT), as CUDA's modules do.
+/// heads read as the file holds them. Every other build reads Q4_0, IQ4_NL and Q8_0 heads (and
+/// Q5_0's, below 8 rows a pass) in the lane layout (LMH_LANE_LAYOUT), as CUDA's modules do.
 pub const default = Emulator("lmh_emulator");
 /// Another tuning: 3 vocab rows per simdgroup, 2 rows per pass, steps of 2 chunks, each simdgroup's
 /// rows prefetched (every address checked to lie in the weights), and a quantized type's rows

@@ -106,8 +106,8 @@ LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_BULK_STAGES == 0u, "resident ro
 // The lane layout (1: used for the types lmh_lane_layout names; CUDA's modules take it): the
 // matvec reads a copy of the head, made once on the device by lmh_lane_relayout, whose whole
 // chunks hold their 8 blocks' code bytes first, block after block, then their 8 scales (the
-// same bytes), in rows padded to a multiple of 4 bytes. Their blocks (18 and 34 bytes) put a
-// lane's 8 code bytes at 2-byte offsets, so a lane read them as four 2-byte loads; in the
+// same bytes), in rows padded to a multiple of 4 bytes. Their blocks (18, 22 and 34 bytes) put
+// a lane's 8 code bytes at 2-byte offsets, so a lane read them as four 2-byte loads; in the
 // copy they lie 8-byte aligned, two 4-byte loads, and a warp's are 256 or 128 contiguous
 // bytes. Measured on an H100 against the blocks as the file has them (bench/results/
 // cuda-h200.md, call 61): Q8_0 6-7% less at every N from 1 to 64, Q4_0 3-8%, IQ4_NL 2-7% from
