@@ -100,19 +100,19 @@ fn addMetalSources(b: *std.Build, module: *std.Build.Module) void {
 /// The host emulator of the GPU kernel source (native/kernels/host/emulator.c), five times:
 /// with the source's default tuning, and under other symbol prefixes with another tuning (2
 /// rows per pass, so Q4_K and Q5_K keep scale tables, and an entry point per input, as CUDA's
-/// modules of 1 and 2 rows per pass have), with the quantized weights staged (CUDA's ring),
-/// with resident rows and staged quantized weights (as CUDA's wide pass runs) and the rest of
-/// a call's rows in passes of halving sizes (the default pads them), and with resident rows
-/// whose last tile runs as a full pass (CUDA's wide rest pass), so the tests can show that
-/// none changes a bit. All but the first read quantized heads in the lane layout, as CUDA's
-/// modules do; the first reads them as the file holds them, as Metal's do.
+/// modules of 1 and 2 rows per pass have), with the quantized weights staged (CUDA's ring) at
+/// 4 rows per pass, with resident rows and staged quantized weights (as CUDA's wide pass runs)
+/// and the rest of a call's rows in passes of halving sizes (the default pads them), and with
+/// resident rows whose last tile runs as a full pass (CUDA's wide rest pass), so the tests can
+/// show that none changes a bit. All but the first read quantized heads in the lane layout, as
+/// CUDA's modules do; the first reads them as the file holds them, as Metal's do.
 fn addEmulator(b: *std.Build, module: *std.Build.Module) void {
     const flags = [_][]const u8{ "-std=c11", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas" };
     const source = b.path("native/kernels/host/emulator.c");
     module.addCSourceFile(.{ .file = source, .flags = &flags });
     const retuned = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_retuned", "-DLMH_LANE_LAYOUT=1u", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_ROWS_PER_PASS=2u", "-DLMH_CHUNKS_PER_STEP=2u", "-DLMH_PREFETCH_ROWS=1u", "-DLMH_BULK_STAGES=2u", "-DLMH_EMULATOR_INPUT_BY_ENTRY=1" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ retuned) });
-    const staged = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_staged", "-DLMH_LANE_LAYOUT=1u", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=5u", "-DLMH_ROWS_PER_PASS=2u", "-DLMH_STAGES=2u" };
+    const staged = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_staged", "-DLMH_LANE_LAYOUT=1u", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=5u", "-DLMH_ROWS_PER_PASS=4u", "-DLMH_STAGES=2u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ staged) });
     const resident = [_][]const u8{ "-DLMH_EMULATOR=lmh_emulator_resident", "-DLMH_LANE_LAYOUT=1u", "-DLMH_VOCAB_ROWS_PER_SIMDGROUP=3u", "-DLMH_RESIDENT=1u", "-DLMH_STAGES=2u", "-DLMH_PAD_REST=0u" };
     module.addCSourceFile(.{ .file = source, .flags = &(flags ++ resident) });

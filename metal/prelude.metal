@@ -53,6 +53,13 @@ LMH_FN lmh_u32 lmh_load32(device const lmh_u8 *p) {
     return *(device const uint *)p;
 }
 
+// Two words from an 8-byte aligned address, in one load.
+typedef uint2 lmh_words2;
+
+LMH_FN lmh_words2 lmh_load_words2(device const lmh_u8 *p) {
+    return *(device const uint2 *)p;
+}
+
 // Four words from a 16-byte aligned address, in one load.
 typedef uint4 lmh_words4;
 

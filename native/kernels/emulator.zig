@@ -128,7 +128,7 @@ pub const default = Emulator("lmh_emulator");
 /// an entry point per input, so the norm's output is read as it is (LMH_INPUT_NORMED), as in
 /// CUDA's modules of 1 and 2 rows per pass.
 pub const retuned = Emulator("lmh_emulator_retuned");
-/// 5 vocab rows per simdgroup, 2 rows per pass, and the quantized types' chunks staged in a
+/// 5 vocab rows per simdgroup, 4 rows per pass, and the quantized types' chunks staged in a
 /// ring of 2 (LMH_STAGES; every copy checked to come from the weights).
 pub const staged = Emulator("lmh_emulator_staged");
 /// 3 vocab rows per simdgroup, 8 rows per pass, and the batch's rows copied a pass at a time

@@ -106,13 +106,13 @@ LMH_STATIC_ASSERT(LMH_ROWS_PER_PASS == 8u && LMH_BULK_STAGES == 0u, "resident ro
 // The lane layout (1: used for the types lmh_lane_layout names; CUDA's modules take it): the
 // matvec reads a copy of the head, made once on the device by lmh_lane_relayout, whose whole
 // chunks hold their 8 blocks' code bytes first, block after block, then their 8 scales (the
-// same bytes), in rows padded to a multiple of 4 bytes. Their blocks (18, 22 and 34 bytes) put
-// a lane's 8 code bytes at 2-byte offsets, so a lane read them as four 2-byte loads; in the
-// copy they lie 8-byte aligned, two 4-byte loads, and a warp's are 256 or 128 contiguous
-// bytes. Measured on an H100 against the blocks as the file has them (bench/results/
-// cuda-h200.md, call 61): Q8_0 6-7% less at every N from 1 to 64, Q4_0 3-8%, IQ4_NL 2-7% from
-// N = 2 (level at 1 and 8). Metal's modules read the blocks as the file has them (unmeasured
-// there).
+// same bytes), in rows padded to a multiple of 16 bytes. Their blocks (18, 22 and 34 bytes)
+// put a lane's 8 code bytes at 2-byte offsets, so a lane read them as four 2-byte loads; in
+// the copy they lie 4-byte aligned, 8-byte aligned but for Q5_0's (lmh_load_lane8), and a
+// warp's are 256 or 128 contiguous bytes. Measured on an H100 against the blocks as the file
+// has them (bench/results/cuda-h200.md, call 61): Q8_0 6-7% less at every N from 1 to 64, Q4_0
+// 3-8%, IQ4_NL 2-7% from N = 2 (level at 1 and 8). Metal's modules read the blocks as the
+// file has them (unmeasured there).
 #ifndef LMH_LANE_LAYOUT
 #define LMH_LANE_LAYOUT 0u
 #endif
@@ -399,6 +399,22 @@ LMH_FN lmh_bytes8 lmh_load_words8(LMH_GLOBAL const lmh_u8 *p) {
     return b;
 }
 
+// The same from p a multiple of 8 (a lane's code bytes in the lane layout) for `type`: one
+// load where that was measured faster, two elsewhere. On an H100 against two loads everywhere
+// (bench/results/cuda-h200.md, call 65): Q8_0 9% less at N = 4 (4 rows a pass), Q4_0 4-5%
+// less at N = 2; at other pass sizes these and IQ4_NL moved by 3% or less, or lost (Q4_0 15%
+// more at N = 16).
+LMH_FN lmh_bytes8 lmh_load_lane8(LMH_GLOBAL const lmh_u8 *p, lmh_u32 type) {
+    if ((type == LMH_TYPE_Q8_0 && LMH_ROWS_PER_PASS == 4u) || (type == LMH_TYPE_Q4_0 && LMH_ROWS_PER_PASS == 2u)) {
+        lmh_words2 w = lmh_load_words2(p);
+        lmh_bytes8 b;
+        b.lo = w.x;
+        b.hi = w.y;
+        return b;
+    }
+    return lmh_load_words8(p);
+}
+
 // The same from p (even) whose offset from the 4-byte boundary below is `skew` (0 or 2),
 // with no branch: the three words from that boundary, shifted together. It reads up to 4
 // bytes past the 8, inside the block for Q3_K's fields, and 2 before them, inside the
@@ -510,7 +526,7 @@ LMH_FN lmh_f8 lmh_decode_nibbles(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, l
     lmh_u32 at = (lane & 1u) << 3;
     lmh_u32 shift = (lane & 2u) << 1;
     float d = lmh_f16(lmh_load16(lanes != 0u ? chunk + 128u + ((lane >> 2) << 1) : b->d));
-    lmh_bytes8 raw = lanes != 0u ? lmh_load_words8(chunk + ((lane >> 2) << 4) + at) : lmh_load_bytes8(b->qs + at);
+    lmh_bytes8 raw = lanes != 0u ? lmh_load_lane8(chunk + ((lane >> 2) << 4) + at, type) : lmh_load_bytes8(b->qs + at);
     lmh_bytes8 q = lmh_bits(raw, shift, 0x0F0F0F0Fu);
     if (type == LMH_TYPE_IQ4_NL) q = lmh_iq4(q);
     lmh_u32 offset = type == LMH_TYPE_Q4_0 ? 8u : 128u;
@@ -570,7 +586,7 @@ LMH_FN lmh_f8 lmh_decode_q5(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u3
 LMH_FN lmh_f8 lmh_decode_q8_0(LMH_GLOBAL const lmh_u8 *chunk, lmh_u32 lane, lmh_u32 lanes) {
     LMH_GLOBAL const lmh_block_q8_0 *b = (LMH_GLOBAL const lmh_block_q8_0 *)chunk + (lane >> 2);
     float d = lmh_f16(lmh_load16(lanes != 0u ? chunk + 256u + ((lane >> 2) << 1) : b->d));
-    lmh_bytes8 q = lanes != 0u ? lmh_load_words8(chunk + (lane << 3)) : lmh_load_bytes8(b->qs + ((lane & 3u) << 3));
+    lmh_bytes8 q = lanes != 0u ? lmh_load_lane8(chunk + (lane << 3), LMH_TYPE_Q8_0) : lmh_load_bytes8(b->qs + ((lane & 3u) << 3));
     q.lo = q.lo ^ 0x80808080u;
     q.hi = q.hi ^ 0x80808080u;
     lmh_f8 w;
@@ -827,10 +843,10 @@ LMH_FN lmh_u32 lmh_lane_layout(lmh_u32 type) {
     return LMH_LANE_LAYOUT != 0u && laid != 0u ? 1u : 0u;
 }
 
-// Bytes of a row of the lane layout's copy: a row of `row_bytes`, padded to 4-byte multiples so
-// that every whole chunk (272 or 144 bytes) starts 4-byte aligned.
+// Bytes of a row of the lane layout's copy: a row of `row_bytes`, padded to 16-byte multiples
+// so that every whole chunk (272, 176 or 144 bytes, multiples of 16) starts 16-byte aligned.
 LMH_FN lmh_u32 lmh_lane_row_bytes(lmh_u32 row_bytes) {
-    return (row_bytes + 3u) & ~3u;
+    return (row_bytes + 15u) & ~15u;
 }
 
 // The lane layout's copy of p.vocab rows of p.row_bytes at `w` (a type lmh_lane_layout names),

@@ -63,8 +63,8 @@ pub fn laneLayout(type_id: u32, rows_per_pass: u32) bool {
 }
 
 pub fn laneRowBytes(row_bytes: u32) u32 {
-    std.debug.assert(row_bytes <= std.math.maxInt(u32) - 3);
-    return std.mem.alignForward(u32, row_bytes, 4);
+    std.debug.assert(row_bytes <= std.math.maxInt(u32) - 15);
+    return std.mem.alignForward(u32, row_bytes, 16);
 }
 
 comptime {

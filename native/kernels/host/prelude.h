@@ -48,6 +48,15 @@ LMH_FN lmh_u32 lmh_load32(const lmh_u8 *p) {
     return lmh_load16(p) | (lmh_load16(p + 2) << 16);
 }
 
+// Two words from an 8-byte aligned address (one load on a GPU).
+typedef struct { lmh_u32 x, y; } lmh_words2;
+
+LMH_FN lmh_words2 lmh_load_words2(const lmh_u8 *p) {
+    if (((unsigned long long)p & 7u) != 0u) __builtin_trap();
+    lmh_words2 r = { lmh_load32(p), lmh_load32(p + 4) };
+    return r;
+}
+
 // Four words from a 16-byte aligned address (one load on a GPU).
 typedef struct { lmh_u32 x, y, z, w; } lmh_words4;
 

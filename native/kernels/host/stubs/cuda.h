@@ -25,6 +25,9 @@ void __syncwarp(void);
 void __syncthreads(void);
 unsigned long long __cvta_generic_to_shared(const void *pointer);
 unsigned long long __cvta_generic_to_global(const void *pointer);
+struct uint2 {
+    unsigned int x, y;
+};
 struct uint4 {
     unsigned int x, y, z, w;
 };
