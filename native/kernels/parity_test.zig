@@ -284,8 +284,8 @@ fn laneLayout(comptime E: type, allocator: std.mem.Allocator, matvec: *const par
     if (!E.laneLayout(@fromBackingInt(@intCast(matvec.type_id)))) return .{ .params = matvec.*, .weights = weights, .copy = null };
     var laid = matvec.*;
     laid.row_bytes = E.laneRowBytes(matvec.row_bytes);
-    // 16-byte pieces, as a GPU allocation has them (a bulk copy reads those around the rows).
-    const copy = try allocator.alignedAlloc(u8, .fromByteUnits(gpu_alignment), std.mem.alignForward(usize, @as(usize, laid.row_bytes) * laid.vocab, 16));
+    // Rows of a multiple of 16 bytes, as a GPU allocation's pieces: a bulk copy's stay inside.
+    const copy = try allocator.alignedAlloc(u8, .fromByteUnits(gpu_alignment), @as(usize, laid.row_bytes) * laid.vocab);
     @memset(copy, 0xA5);
     try E.dispatch(try E.kernel("lane_relayout"), matvec, &.{ ptr(weights), ptr(copy) }, grid);
     for (0..laid.vocab) |j| {

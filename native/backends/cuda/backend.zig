@@ -970,9 +970,10 @@ pub const Backend = struct {
         }
         if (slot.used != 0) try backend.freeLaneCopy(slot);
         const bytes = @as(u64, key.vocab) * params.laneRowBytes(key.row_bytes);
+        // Rows of a multiple of 16 bytes, as alloc's: a bulk copy's 16-byte pieces stay inside.
+        std.debug.assert(bytes % 16 == 0);
         var copy: driver.DevicePointer = 0;
-        // A multiple of 16 bytes, as alloc's: a bulk copy reads the 16-byte pieces around its rows.
-        backend.cuda.check(backend.cuda.cuMemAlloc_v2(&copy, @intCast(std.mem.alignForward(u64, bytes, 16))), "cuMemAlloc") catch
+        backend.cuda.check(backend.cuda.cuMemAlloc_v2(&copy, @intCast(bytes)), "cuMemAlloc") catch
             return fail(error.OutOfMemory, "CUDA could not allocate {d} bytes of device memory for the head's lane-layout copy", .{bytes});
         errdefer _ = backend.cuda.cuMemFree_v2(copy);
         try backend.launch(backend.kernels.lane_relayout, @min(warpGrid(key.vocab, 1), 64 * backend.multiprocessors), threads_per_block, .{ key, source, copy });
