@@ -136,22 +136,44 @@ const Head = struct {
     /// count and the host; or the matvec of the hidden rows themselves, which the kernels
     /// flush as they read them).
     fn runStages(h: *Head, rows: u32, eps: f32, stages: Stages) Failure!void {
-        var views: [4]u64 = undefined;
-        try ok(lib.lmh_buffer_view(h.x, 0, @as(u64, rows) * h.hidden * 4, &views[0]));
-        try ok(lib.lmh_buffer_view(h.y, 0, @as(u64, rows) * h.hidden * 4, &views[1]));
-        try ok(lib.lmh_buffer_view(h.logits, 0, @as(u64, rows) * h.vocab * 4, &views[2]));
-        try ok(lib.lmh_buffer_view(h.counts, 0, @as(u64, rows) * 4, &views[3]));
+        return ok(h.stagesStatus(rows, eps, stages));
+    }
+
+    /// runStages's calls, and the status of the first that fails (0 where none does).
+    fn stagesStatus(h: *Head, rows: u32, eps: f32, stages: Stages) i32 {
+        var views: [4]u64 = @splat(0);
         defer for (views) |v| {
-            _ = lib.lmh_buffer_free(v);
+            if (v != 0) _ = lib.lmh_buffer_free(v);
         };
+        const viewed = [4]struct { u64, u64 }{
+            .{ h.x, @as(u64, rows) * h.hidden * 4 },
+            .{ h.y, @as(u64, rows) * h.hidden * 4 },
+            .{ h.logits, @as(u64, rows) * h.vocab * 4 },
+            .{ h.counts, @as(u64, rows) * 4 },
+        };
+        for (&views, viewed) |*v, buffer| {
+            const code = lib.lmh_buffer_view(buffer[0], 0, buffer[1], v);
+            if (code != 0) return code;
+        }
         var s: u64 = 0;
-        try ok(lib.lmh_session_begin(h.device, &s));
-        errdefer _ = lib.lmh_session_abort(s);
-        if (stages != .matvec) try ok(lib.lmh_session_rms_norm(s, views[0], h.norm, views[1], rows, h.hidden, eps));
-        try ok(lib.lmh_session_matvec(s, if (stages == .matvec) views[0] else views[1], h.weight, h.type_id, views[2], rows, h.hidden, h.vocab));
-        if (stages == .head) try ok(lib.lmh_session_softcap(s, views[2], @as(u64, rows) * h.vocab, cap));
-        if (stages == .head) try ok(lib.lmh_session_count_non_finite(s, views[2], views[3], rows, h.vocab));
-        try ok(lib.lmh_session_finish(s));
+        const begun = lib.lmh_session_begin(h.device, &s);
+        if (begun != 0) return begun;
+        const recorded = blk: {
+            if (stages != .matvec) {
+                const code = lib.lmh_session_rms_norm(s, views[0], h.norm, views[1], rows, h.hidden, eps);
+                if (code != 0) break :blk code;
+            }
+            const code = lib.lmh_session_matvec(s, if (stages == .matvec) views[0] else views[1], h.weight, h.type_id, views[2], rows, h.hidden, h.vocab);
+            if (code != 0 or stages != .head) break :blk code;
+            const capped = lib.lmh_session_softcap(s, views[2], @as(u64, rows) * h.vocab, cap);
+            if (capped != 0) break :blk capped;
+            break :blk lib.lmh_session_count_non_finite(s, views[2], views[3], rows, h.vocab);
+        };
+        if (recorded != 0) {
+            _ = lib.lmh_session_abort(s);
+            return recorded;
+        }
+        return lib.lmh_session_finish(s);
     }
 };
 
@@ -245,6 +267,12 @@ fn check(cuda: u64, types: TypeSet) !void {
             cases += result[1];
         }
         failures += try checkRewritten(cpu, cuda, f, partial_hidden, random);
+        cases += 1;
+    }
+    if (for (formats.all, types) |f, chosen| {
+        if (f.type == .q8_0) break chosen;
+    } else false) {
+        failures += try checkCopyYields(cuda, random);
         cases += 1;
     }
     std.debug.print("check: {d} of {d} cases equal to the CPU bit for bit (a NaN as any NaN)\n", .{ cases - failures, cases });
@@ -351,6 +379,68 @@ fn checkRewritten(cpu: u64, cuda: u64, f: formats.Format, hidden: u32, random: s
     const differing = compareRows(logits[0], logits[1], &order, vocab);
     std.debug.print("{s:<7} hidden={d:>4} vocab={d:>6} weights written after a call: {s}\n", .{ f.name, hidden, vocab, if (differing.words == 0) "equal" else "MISMATCH" });
     return @intFromBool(differing.words != 0);
+}
+
+/// A lane-layout copy (Q8_0's, kernels.h LMH_LANE_LAYOUT) is a cache: with the GPU filled by
+/// allocations it is dropped, so they reach what they reached before it was made; a call then
+/// fails cleanly for want of memory for it; with the memory free again the call makes it anew,
+/// with the logits it gave before. Returns 1 for a failure.
+fn checkCopyYields(cuda: u64, random: std.Random) !u32 {
+    const a = std.heap.c_allocator;
+    const t = formats.Type.q8_0;
+    const row_bytes = formats.rowBytes(t, full_hidden).?;
+    const weights = try a.alloc(u8, row_bytes * full_vocab);
+    defer a.free(weights);
+    fillWeights(t, random, weights, row_bytes, .realistic);
+    const norm = try a.alloc(f32, full_hidden);
+    defer a.free(norm);
+    @memset(norm, 1);
+    const x = try a.alloc(f32, pool_rows * full_hidden);
+    defer a.free(x);
+    fillInputs(random, x, full_hidden);
+    var head = try Head.init(cuda, @backingInt(t), full_hidden, full_vocab, weights, norm);
+    defer head.deinit();
+    try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, full_hidden * 4));
+    var held: std.ArrayList(u64) = .empty;
+    defer held.deinit(a);
+    defer for (held.items) |b| {
+        _ = lib.lmh_buffer_free(b);
+    };
+    const before_copy = try fillDevice(cuda, &held);
+    for (held.items) |b| _ = lib.lmh_buffer_free(b);
+    held.clearRetainingCapacity();
+    const logits = try a.alloc(f32, 2 * full_vocab);
+    defer a.free(logits);
+    try head.runStages(1, 1e-6, .head);
+    try ok(lib.lmh_buffer_read(head.logits, 0, std.mem.sliceAsBytes(logits[0..full_vocab]).ptr, full_vocab * 4));
+    const with_copy = try fillDevice(cuda, &held);
+    // The copy is 784 MB; allocations come in pieces of 64 MiB at the smallest.
+    const yielded = with_copy + (256 << 20) >= before_copy;
+    const short = head.stagesStatus(1, 1e-6, .head);
+    for (held.items) |b| _ = lib.lmh_buffer_free(b);
+    held.clearRetainingCapacity();
+    try head.runStages(1, 1e-6, .head);
+    try ok(lib.lmh_buffer_read(head.logits, 0, std.mem.sliceAsBytes(logits[full_vocab..]).ptr, full_vocab * 4));
+    const same = std.mem.eql(u8, std.mem.sliceAsBytes(logits[0..full_vocab]), std.mem.sliceAsBytes(logits[full_vocab..]));
+    const passed = yielded and short == @backingInt(status.Status.out_of_memory) and same;
+    std.debug.print("Q8_0    lane-layout copy under a full GPU: allocations {d} MiB with it, {d} MiB before it; a call then: status {d} (want {d}); after: logits {s}: {s}\n", .{ with_copy >> 20, before_copy >> 20, short, @backingInt(status.Status.out_of_memory), if (same) "equal" else "DIFFERENT", if (passed) "equal" else "MISMATCH" });
+    return @intFromBool(!passed);
+}
+
+/// Allocates buffers of 1 GiB, then of 64 MiB, until the device has no more; returns their bytes.
+fn fillDevice(device: u64, held: *std.ArrayList(u64)) !u64 {
+    var total: u64 = 0;
+    for ([_]u64{ 1 << 30, 64 << 20 }) |bytes| {
+        while (true) {
+            var b: u64 = 0;
+            const code = lib.lmh_buffer_alloc(device, bytes, &b);
+            if (code == @backingInt(status.Status.out_of_memory)) break;
+            try ok(code);
+            try held.append(std.heap.c_allocator, b);
+            total += bytes;
+        }
+    }
+    return total;
 }
 
 fn compareRows(want: []const f32, got: []const f32, order: []const u32, vocab: usize) struct { words: u64, slot: usize, logit: usize, want: u32, got: u32 } {

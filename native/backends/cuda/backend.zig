@@ -799,11 +799,9 @@ pub const Backend = struct {
         try backend.enter();
         defer backend.leave();
         const cuda = backend.cuda;
-        var device_pointer: driver.DevicePointer = 0;
         // A multiple of 16 bytes: a bulk copy reads the 16-byte pieces around its rows.
         const padded = std.mem.alignForward(u64, bytes, 16);
-        cuda.check(cuda.cuMemAlloc_v2(&device_pointer, @intCast(padded)), "cuMemAlloc") catch
-            return fail(error.OutOfMemory, "CUDA could not allocate {d} bytes of device memory", .{bytes});
+        const device_pointer = try backend.deviceAlloc(padded, "");
         errdefer _ = cuda.cuMemFree_v2(device_pointer);
         try cuda.check(cuda.cuMemsetD8Async(device_pointer, 0, @intCast(padded), backend.stream), "cuMemsetD8Async");
         try cuda.check(cuda.cuStreamSynchronize(backend.stream), "cuStreamSynchronize");
@@ -821,7 +819,7 @@ pub const Backend = struct {
     pub fn free(backend: *Backend, memory: Memory) void {
         backend.enter() catch return;
         defer backend.leave();
-        backend.dropLaneCopies(memory.pointer, memory.bytes);
+        _ = backend.dropLaneCopies(memory.pointer, memory.bytes);
         _ = backend.cuda.cuMemFree_v2(memory.pointer);
     }
 
@@ -835,7 +833,7 @@ pub const Backend = struct {
         std.debug.assert(offset_bytes + src.len <= memory.bytes);
         try backend.enter();
         defer backend.leave();
-        backend.dropLaneCopies(memory.pointer + offset_bytes, src.len);
+        _ = backend.dropLaneCopies(memory.pointer + offset_bytes, src.len);
         const cuda = backend.cuda;
         var done: usize = 0;
         var piece: usize = 0;
@@ -911,9 +909,9 @@ pub const Backend = struct {
         // the command is launched (its own weights copied before), made again where read next.
         defer switch (command) {
             .barrier => {},
-            inline .rms_norm, .matvec => |c| backend.dropLaneCopies(pointer(c.output), c.output.bytes),
-            .softcap => |c| backend.dropLaneCopies(pointer(c.data), c.data.bytes),
-            .count_non_finite => |c| backend.dropLaneCopies(pointer(c.counts), c.counts.bytes),
+            inline .rms_norm, .matvec => |c| _ = backend.dropLaneCopies(pointer(c.output), c.output.bytes),
+            .softcap => |c| _ = backend.dropLaneCopies(pointer(c.data), c.data.bytes),
+            .count_non_finite => |c| _ = backend.dropLaneCopies(pointer(c.counts), c.counts.bytes),
         };
         switch (command) {
             .barrier => {},
@@ -972,21 +970,40 @@ pub const Backend = struct {
         const bytes = @as(u64, key.vocab) * params.laneRowBytes(key.row_bytes);
         // Rows of a multiple of 16 bytes, as alloc's: a bulk copy's 16-byte pieces stay inside.
         std.debug.assert(bytes % 16 == 0);
-        var copy: driver.DevicePointer = 0;
-        backend.cuda.check(backend.cuda.cuMemAlloc_v2(&copy, @intCast(bytes)), "cuMemAlloc") catch
-            return fail(error.OutOfMemory, "CUDA could not allocate {d} bytes of device memory for the head's lane-layout copy", .{bytes});
+        const copy = try backend.deviceAlloc(bytes, " for the head's lane-layout copy");
         errdefer _ = backend.cuda.cuMemFree_v2(copy);
         try backend.launch(backend.kernels.lane_relayout, @min(warpGrid(key.vocab, 1), 64 * backend.multiprocessors), threads_per_block, .{ key, source, copy });
         slot.* = .{ .source = source, .key = key, .copy = copy, .used = backend.lane_clock };
         return copy;
     }
 
-    /// Drops the lane-layout copies of heads that overlap `bytes` at `start` (written, or about
-    /// to be written or freed). The context is current and the stream taken.
-    fn dropLaneCopies(backend: *Backend, start: driver.DevicePointer, bytes: u64) void {
-        for (&backend.lane_copies) |*c| {
-            if (c.used != 0 and start < c.source + c.sourceBytes() and c.source < start + bytes) backend.freeLaneCopy(c) catch {};
+    /// `bytes` of device memory. Where the device is out of memory the lane-layout copies are
+    /// dropped and the allocation tried once more: they are a cache of heads' bytes that a
+    /// later call makes again, and the caller's memory comes first. The context is current
+    /// and the stream taken.
+    fn deviceAlloc(backend: *Backend, bytes: u64, comptime what: []const u8) Error!driver.DevicePointer {
+        var allocated: driver.DevicePointer = 0;
+        var result = backend.cuda.cuMemAlloc_v2(&allocated, @intCast(bytes));
+        if (result == driver.result_out_of_memory and backend.dropLaneCopies(0, std.math.maxInt(u64))) {
+            result = backend.cuda.cuMemAlloc_v2(&allocated, @intCast(bytes));
         }
+        if (result == driver.result_out_of_memory) return fail(error.OutOfMemory, "CUDA could not allocate {d} bytes of device memory" ++ what, .{bytes});
+        try backend.cuda.check(result, "cuMemAlloc");
+        return allocated;
+    }
+
+    /// Drops the lane-layout copies of heads that overlap `bytes` at `start` (written, or about
+    /// to be written or freed), and says whether there was one. The context is current and the
+    /// stream taken.
+    fn dropLaneCopies(backend: *Backend, start: driver.DevicePointer, bytes: u64) bool {
+        var dropped = false;
+        for (&backend.lane_copies) |*c| {
+            if (c.used != 0 and start < c.source + c.sourceBytes() and c.source < start + bytes) {
+                backend.freeLaneCopy(c) catch {};
+                dropped = true;
+            }
+        }
+        return dropped;
     }
 
     /// Frees a copy once the stream's launches, which may read it, are done; the slot is
@@ -1024,7 +1041,7 @@ pub const Backend = struct {
         if (backend.partials.bytes < bytes) {
             if (backend.partials.bytes != 0) _ = backend.cuda.cuMemFree_v2(backend.partials.pointer);
             backend.partials = .{ .pointer = 0, .bytes = 0 };
-            try backend.cuda.check(backend.cuda.cuMemAlloc_v2(&backend.partials.pointer, @intCast(bytes)), "cuMemAlloc");
+            backend.partials.pointer = try backend.deviceAlloc(bytes, " for the non-finite counts' partial sums");
             backend.partials.bytes = bytes;
         }
         var split = p;

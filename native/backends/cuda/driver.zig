@@ -9,6 +9,8 @@ const fail = status.fail;
 pub const Result = c_int;
 /// CUDA_ERROR_NO_DEVICE: the driver is there but sees no GPU.
 pub const result_no_device: Result = 100;
+/// CUDA_ERROR_OUT_OF_MEMORY.
+pub const result_out_of_memory: Result = 2;
 pub const Device = c_int;
 pub const Context = ?*anyopaque;
 pub const Stream = ?*anyopaque;
@@ -69,7 +71,7 @@ pub const Cuda = struct {
         var text: ?[*:0]const u8 = null;
         _ = cuda.cuGetErrorString(result, &text);
         const words: []const u8 = if (text) |t| std.mem.span(t) else "unknown error";
-        const err: Error = if (result == 2) error.OutOfMemory else error.Backend;
+        const err: Error = if (result == result_out_of_memory) error.OutOfMemory else error.Backend;
         return fail(err, "CUDA " ++ what ++ " failed: {s} (CUresult {d})", .{ words, result });
     }
 };
