@@ -278,7 +278,12 @@ fn decodesIntoFmas(comptime t: formats.Type, comptime group: usize) bool {
 }
 const tile_block_chunks = 2;
 const tile_block_values = tile_block_chunks * lanes.chunk_values;
-/// Vocab rows a worker claims at a time: long enough to be a sequential stream.
+/// Vocab rows a worker claims at a time: long enough to be a sequential stream. Each task
+/// starts its streams cold (the software prefetch runs ahead only from there); 256 rows, a
+/// quarter of the cold starts, were not clearly faster on a 2-core Zen 4 (Gemma's head, 3
+/// interleaved rounds, 2026-12-06): Q6_K, Q8_0, Q4_0 and Q4_K at N = 1 and 2, medians from 5%
+/// less a call (Q6_K at N = 2, Q4_K at N = 1) to 1% more, single rounds from 13% less to 9%
+/// more; N = 8 and F16 within the runs' spread (up to 30% between rounds).
 const vocab_rows_per_task = 64;
 /// How far ahead of the decoder each chunk's bytes are requested. The hardware
 /// prefetchers alone left a 2-core Zen at half the read bandwidth; a steady software
