@@ -136,11 +136,12 @@ const Head = struct {
     /// count and the host; or the matvec of the hidden rows themselves, which the kernels
     /// flush as they read them).
     fn runStages(h: *Head, rows: u32, eps: f32, stages: Stages) Failure!void {
-        return ok(h.stagesStatus(rows, eps, stages));
+        return ok(h.stagesStatus(rows, eps, stages, null));
     }
 
-    /// runStages's calls, and the status of the first that fails (0 where none does).
-    fn stagesStatus(h: *Head, rows: u32, eps: f32, stages: Stages) i32 {
+    /// runStages's calls, and the status of the first that fails (0 where none does); with
+    /// `device_ns`, the device's own time for them (lmh_session_finish_timed).
+    fn stagesStatus(h: *Head, rows: u32, eps: f32, stages: Stages, device_ns: ?*u64) i32 {
         var views: [4]u64 = @splat(0);
         defer for (views) |v| {
             if (v != 0) _ = lib.lmh_buffer_free(v);
@@ -173,7 +174,7 @@ const Head = struct {
             _ = lib.lmh_session_abort(s);
             return recorded;
         }
-        return lib.lmh_session_finish(s);
+        return if (device_ns) |ns| lib.lmh_session_finish_timed(s, ns) else lib.lmh_session_finish(s);
     }
 };
 
@@ -417,7 +418,7 @@ fn checkCopyYields(cuda: u64, random: std.Random) !u32 {
     const with_copy = try fillDevice(cuda, &held);
     // The copy is 784 MB; allocations come in pieces of 64 MiB at the smallest.
     const yielded = with_copy + (256 << 20) >= before_copy;
-    const short = head.stagesStatus(1, 1e-6, .head);
+    const short = head.stagesStatus(1, 1e-6, .head, null);
     for (held.items) |b| _ = lib.lmh_buffer_free(b);
     held.clearRetainingCapacity();
     try head.runStages(1, 1e-6, .head);
@@ -513,7 +514,7 @@ fn bench(cuda: u64, types: TypeSet, rows: []const u32, vocab: u32) !void {
     defer a.free(x);
     for (x) |*v| v.* = (random.float(f32) - 0.5) * 6;
     try launchOverhead(cuda, norm, x);
-    std.debug.print("\nvocab {d} x hidden {d}\n| type | GB | N | ms/call | norm + matvec ms | floor ms | % of floor (call) | % of floor (norm + matvec) | logits read ms, pageable / pinned |\n|---|---|---|---|---|---|---|---|---|\n", .{ vocab, full_hidden });
+    std.debug.print("\nvocab {d} x hidden {d}\n| type | GB | N | ms/call, host / device | norm + matvec ms, host / device | matvec device ms | floor ms | % of floor (call) | % of floor (norm + matvec), host / device | logits read ms, pageable / pinned |\n|---|---|---|---|---|---|---|---|---|---|\n", .{ vocab, full_hidden });
     for (formats.all, types) |f, chosen| {
         if (!chosen) continue;
         const row_bytes = formats.rowBytes(f.type, full_hidden).?;
@@ -526,27 +527,37 @@ fn bench(cuda: u64, types: TypeSet, rows: []const u32, vocab: u32) !void {
         for (rows) |n| {
             const ms = try timeHead(&head, n, 20, .head);
             const matvec_ms = try timeHead(&head, n, 20, .norm_matvec);
+            // The matvec of the hidden rows themselves (its entry point flushes them as it reads).
+            const alone_ms = (try timeHead(&head, n, 20, .matvec))[1];
             const read_ms = try timeRead(&head, n);
             const bytes: f64 = @floatFromInt(weights.len);
             const fmas: f64 = @floatFromInt(@as(u64, n) * vocab * full_hidden);
             const floor_ms = @max(bytes / bandwidth[0], fmas / fma_rate) * 1e3;
-            std.debug.print("| {s} | {d:.3} | {d} | {d:.3} | {d:.3} | {d:.3} | {d:.0}% | {d:.0}% | {d:.3} / {d:.3} |\n", .{ f.name, bytes * 1e-9, n, ms, matvec_ms, floor_ms, floor_ms / ms * 100, floor_ms / matvec_ms * 100, read_ms[0], read_ms[1] });
+            std.debug.print("| {s} | {d:.3} | {d} | {d:.3} / {d:.3} | {d:.3} / {d:.3} | {d:.3} | {d:.3} | {d:.0}% | {d:.0}% / {d:.0}% | {d:.3} / {d:.3} |\n", .{ f.name, bytes * 1e-9, n, ms[0], ms[1], matvec_ms[0], matvec_ms[1], alone_ms, floor_ms, floor_ms / ms[0] * 100, floor_ms / matvec_ms[0] * 100, floor_ms / matvec_ms[1] * 100, read_ms[0], read_ms[1] });
         }
     }
 }
 
-/// Median ms of one head call (session begin to finish; the logits stay on the device).
-fn timeHead(head: *Head, rows: u32, iterations: usize, stages: Stages) !f64 {
-    var ms: [64]f64 = undefined;
-    std.debug.assert(iterations <= ms.len);
+/// Median ms of one head call (session begin to finish; the logits stay on the device): as the
+/// host waits for it, and on the device's clock, between events recorded before its first
+/// launch and after its last (the host's session, and its wait for the result, left out).
+fn timeHead(head: *Head, rows: u32, iterations: usize, stages: Stages) ![2]f64 {
+    var ms: [2][64]f64 = undefined;
+    std.debug.assert(iterations <= ms[0].len);
     try head.runStages(rows, 1e-6, stages); // warm-up
-    for (ms[0..iterations]) |*m| {
+    for (ms[0][0..iterations], ms[1][0..iterations]) |*host, *device| {
+        var device_ns: u64 = 0;
         const start = seconds();
-        try head.runStages(rows, 1e-6, stages);
-        m.* = (seconds() - start) * 1e3;
+        try ok(head.stagesStatus(rows, 1e-6, stages, &device_ns));
+        host.* = (seconds() - start) * 1e3;
+        device.* = @as(f64, @floatFromInt(device_ns)) * 1e-6;
     }
-    std.mem.sort(f64, ms[0..iterations], {}, std.sort.asc(f64));
-    return ms[iterations / 2];
+    var medians: [2]f64 = undefined;
+    for (&medians, &ms) |*median, *times| {
+        std.mem.sort(f64, times[0..iterations], {}, std.sort.asc(f64));
+        median.* = times[iterations / 2];
+    }
+    return medians;
 }
 
 /// Median ms of 5 reads of N rows of logits into host memory the caller owns, as it is
@@ -583,7 +594,7 @@ fn launchOverhead(cuda: u64, norm: []const f32, x: []const f32) !void {
     var head = try Head.init(cuda, @backingInt(formats.Type.q8_0), full_hidden, 256, weights, norm);
     defer head.deinit();
     try ok(lib.lmh_buffer_write(head.x, 0, std.mem.sliceAsBytes(x).ptr, x.len * 4));
-    std.debug.print("launch overhead: one head call (4 commands, one sync) at vocab 256, N=1: {d:.3} ms\n", .{try timeHead(&head, 1, 50, .head)});
+    std.debug.print("launch overhead: one head call (4 commands, one sync) at vocab 256, N=1: {d:.3} ms\n", .{(try timeHead(&head, 1, 50, .head))[0]});
 }
 
 /// Writes a module to `<dir>/r<rows>-v<vocab rows>-b<blocks>[-p]-s<stages>-k<bulk stages>-c<chunks
