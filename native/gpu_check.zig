@@ -552,12 +552,13 @@ fn timeHead(head: *Head, rows: u32, iterations: usize, stages: Stages) ![2]f64 {
         host.* = (seconds() - start) * 1e3;
         device.* = @as(f64, @floatFromInt(device_ns)) * 1e-6;
     }
-    var medians: [2]f64 = undefined;
-    for (&medians, &ms) |*median, *times| {
-        std.mem.sort(f64, times[0..iterations], {}, std.sort.asc(f64));
-        median.* = times[iterations / 2];
-    }
-    return medians;
+    return .{ median(ms[0][0..iterations]), median(ms[1][0..iterations]) };
+}
+
+/// The median of `times`, which it sorts.
+fn median(times: []f64) f64 {
+    std.mem.sort(f64, times, {}, std.sort.asc(f64));
+    return times[times.len / 2];
 }
 
 /// Median ms of 5 reads of N rows of logits into host memory the caller owns, as it is
@@ -567,7 +568,7 @@ fn timeRead(head: *Head, rows: u32) ![2]f64 {
     const host = try std.heap.c_allocator.alloc(u8, bytes);
     defer std.heap.c_allocator.free(host);
     var result: [2]f64 = undefined;
-    for (&result, [_]bool{ false, true }) |*median, pinned| {
+    for (&result, [_]bool{ false, true }) |*read_ms, pinned| {
         var pin: u64 = 0;
         if (pinned) try ok(lib.lmh_host_pin(head.device, host.ptr, bytes, &pin));
         defer if (pinned) ok(lib.lmh_host_unpin(pin)) catch {};
@@ -578,8 +579,7 @@ fn timeRead(head: *Head, rows: u32) ![2]f64 {
             try ok(lib.lmh_buffer_read(head.logits, 0, host.ptr, bytes));
             m.* = (seconds() - start) * 1e3;
         }
-        std.mem.sort(f64, &ms, {}, std.sort.asc(f64));
-        median.* = ms[ms.len / 2];
+        read_ms.* = median(&ms);
     }
     return result;
 }
