@@ -40,12 +40,28 @@ const lib = @import("root.zig");
 const Failure = error{ Lmhead, Mismatch, OutOfMemory };
 
 fn ok(code: i32) Failure!void {
-    if (code == 0) return;
-    var text: [512]u8 = undefined;
-    const n = lib.lmh_last_error(&text, text.len);
-    std.debug.print("lmhead error {d}: {s}\n", .{ code, text[0..@min(n, text.len)] });
-    return error.Lmhead;
+    return Outcome.of(code).check();
 }
+
+/// A call's status with its message, taken at once: a cleanup call that succeeds after a
+/// failing one clears this thread's message.
+const Outcome = struct {
+    code: i32,
+    text: [512]u8 = undefined,
+    len: usize = 0,
+
+    fn of(code: i32) Outcome {
+        var o: Outcome = .{ .code = code };
+        if (code != 0) o.len = @intCast(@min(lib.lmh_last_error(&o.text, o.text.len), o.text.len));
+        return o;
+    }
+
+    fn check(o: Outcome) Failure!void {
+        if (o.code == 0) return;
+        std.debug.print("lmhead error {d}: {s}\n", .{ o.code, o.text[0..o.len] });
+        return error.Lmhead;
+    }
+};
 
 extern "c" fn clock_gettime(clock: std.c.clockid_t, time: *std.c.timespec) c_int;
 extern "c" fn setenv(name: [*:0]const u8, value: [*:0]const u8, overwrite: c_int) c_int;
@@ -136,12 +152,13 @@ const Head = struct {
     /// count and the host; or the matvec of the hidden rows themselves, which the kernels
     /// flush as they read them).
     fn runStages(h: *Head, rows: u32, eps: f32, stages: Stages) Failure!void {
-        return ok(h.stagesStatus(rows, eps, stages, null));
+        return h.attempt(rows, eps, stages, null).check();
     }
 
-    /// runStages's calls, and the status of the first that fails (0 where none does); with
-    /// `device_ns`, the device's own time for them (lmh_session_finish_timed).
-    fn stagesStatus(h: *Head, rows: u32, eps: f32, stages: Stages, device_ns: ?*u64) i32 {
+    /// runStages's calls, and the outcome of the first that fails (status 0 where none
+    /// does); with `device_ns`, the device's own time for them (lmh_session_finish_timed).
+    /// Each outcome is taken as its return value is, before the deferred frees run.
+    fn attempt(h: *Head, rows: u32, eps: f32, stages: Stages, device_ns: ?*u64) Outcome {
         var views: [4]u64 = @splat(0);
         defer for (views) |v| {
             if (v != 0) _ = lib.lmh_buffer_free(v);
@@ -154,11 +171,11 @@ const Head = struct {
         };
         for (&views, viewed) |*v, buffer| {
             const code = lib.lmh_buffer_view(buffer[0], 0, buffer[1], v);
-            if (code != 0) return code;
+            if (code != 0) return .of(code);
         }
         var s: u64 = 0;
         const begun = lib.lmh_session_begin(h.device, &s);
-        if (begun != 0) return begun;
+        if (begun != 0) return .of(begun);
         const recorded = blk: {
             if (stages != .matvec) {
                 const code = lib.lmh_session_rms_norm(s, views[0], h.norm, views[1], rows, h.hidden, eps);
@@ -171,10 +188,11 @@ const Head = struct {
             break :blk lib.lmh_session_count_non_finite(s, views[2], views[3], rows, h.vocab);
         };
         if (recorded != 0) {
+            const failed: Outcome = .of(recorded);
             _ = lib.lmh_session_abort(s);
-            return recorded;
+            return failed;
         }
-        return if (device_ns) |ns| lib.lmh_session_finish_timed(s, ns) else lib.lmh_session_finish(s);
+        return .of(if (device_ns) |ns| lib.lmh_session_finish_timed(s, ns) else lib.lmh_session_finish(s));
     }
 };
 
@@ -418,7 +436,7 @@ fn checkCopyYields(cuda: u64, random: std.Random) !u32 {
     const with_copy = try fillDevice(cuda, &held);
     // The copy is 784 MB; allocations come in pieces of 64 MiB at the smallest.
     const yielded = with_copy + (256 << 20) >= before_copy;
-    const short = head.stagesStatus(1, 1e-6, .head, null);
+    const short = head.attempt(1, 1e-6, .head, null).code;
     for (held.items) |b| _ = lib.lmh_buffer_free(b);
     held.clearRetainingCapacity();
     try head.runStages(1, 1e-6, .head);
@@ -548,7 +566,7 @@ fn timeHead(head: *Head, rows: u32, iterations: usize, stages: Stages) ![2]f64 {
     for (ms[0][0..iterations], ms[1][0..iterations]) |*host, *device| {
         var device_ns: u64 = 0;
         const start = seconds();
-        try ok(head.stagesStatus(rows, 1e-6, stages, &device_ns));
+        try head.attempt(rows, 1e-6, stages, &device_ns).check();
         host.* = (seconds() - start) * 1e3;
         device.* = @as(f64, @floatFromInt(device_ns)) * 1e-6;
     }
