@@ -318,6 +318,8 @@ fn checkShape(cpu: u64, cuda: u64, cuda_ftz: u64, f: formats.Format, hidden: u32
     defer a.free(got);
     const permuted = try a.alloc(f32, pool_rows * hidden);
     defer a.free(permuted);
+    var want_counts: [pool_rows]u32 = undefined;
+    var got_counts: [pool_rows]u32 = undefined;
 
     var failed: u32 = 0;
     var cases: u32 = 0;
@@ -331,6 +333,7 @@ fn checkShape(cpu: u64, cuda: u64, cuda_ftz: u64, f: formats.Format, hidden: u32
         for (stages_list) |stages| {
             try ref.runStages(pool_rows, eps, stages);
             try ok(lib.lmh_buffer_read(ref.logits, 0, std.mem.sliceAsBytes(want).ptr, want.len * 4));
+            try ok(lib.lmh_buffer_read(ref.counts, 0, std.mem.sliceAsBytes(&want_counts).ptr, pool_rows * 4));
             for ([_]u64{ cuda, cuda_ftz }, [_][]const u8{ "ftz=false", "ftz=true" }) |device, label| {
                 var head = try Head.init(device, @backingInt(f.type), hidden, vocab, weights, norm);
                 defer head.deinit();
@@ -344,6 +347,21 @@ fn checkShape(cpu: u64, cuda: u64, cuda_ftz: u64, f: formats.Format, hidden: u32
                     try head.runStages(n, eps, stages);
                     try ok(lib.lmh_buffer_read(head.logits, 0, std.mem.sliceAsBytes(got).ptr, @as(u64, n) * vocab * 4));
                     cases += 1;
+                    // Each row's count of non-finite logits (the head's last step; a backend
+                    // may fold it into the matvec).
+                    if (stages == .head) {
+                        try ok(lib.lmh_buffer_read(head.counts, 0, std.mem.sliceAsBytes(&got_counts).ptr, @as(u64, n) * 4));
+                        const counted = for (order[0..n], got_counts[0..n], 0..) |row, count, slot| {
+                            if (count != want_counts[row]) break slot;
+                        } else null;
+                        if (counted) |slot| {
+                            failed += 1;
+                            std.debug.print("MISMATCH counts {s} hidden={d} vocab={d} {s} eps={e} {s} N={d}: slot {d} (pool row {d}) cpu {d} cuda {d}\n", .{
+                                f.name, hidden, vocab, @tagName(kind), eps, label, n, slot, order[slot], want_counts[order[slot]], got_counts[slot],
+                            });
+                            continue;
+                        }
+                    }
                     const differing = compareRows(want, got, order[0..n], vocab);
                     if (differing.words == 0) continue;
                     failed += 1;
